@@ -1,0 +1,70 @@
+"""The contract every provider adapter follows.
+
+An adapter is a module of pure functions (no I/O) that translate between one provider API and
+OpenAI Chat Completions, the only shape the upstream engine speaks:
+
+    to_chat_request(body, ctx)        provider request   -> chat request (dict)
+    from_chat_response(chat, ctx)     chat response      -> provider response (dict)
+    to_sse_events(chat, ctx)          chat response      -> provider SSE stream (list of bytes frames)
+    error_body(status, message, kind) error              -> provider error body (dict)
+
+plus `count_tokens_body(n)` for APIs with a token-count endpoint. `chat` is always a complete,
+non-streaming vLLM-style response (`choices[0].message.{content, reasoning|reasoning_content,
+tool_calls}`, `finish_reason`, `stop_reason`, `usage`); streams are synthesized from it.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+
+
+class AdapterError(ValueError):
+    """Bad input from the harness: becomes a 4xx in the caller's API shape."""
+
+    def __init__(self, message: str, status: int = 400, kind: str = "invalid_request"):
+        super().__init__(message)
+        self.status = status
+        self.kind = kind
+
+
+# Shared error kinds, mapped by each adapter to its own type names.
+ERROR_KINDS = (
+    "invalid_request",       # 400
+    "not_found",             # 404
+    "payload_too_large",     # 413
+    "timeout",               # 504
+    "upstream_unreachable",  # 502
+    "upstream_error",        # any upstream HTTP error status
+    "internal",              # 500
+)
+
+
+@dataclass(frozen=True)
+class RequestContext:
+    """What an adapter needs to know beyond the body."""
+
+    requested_model: str
+    served_model: str
+    stream: bool = False
+    completion_id: str = "cmpl-0"
+    created: int = 0
+    path: str = ""
+    extra: dict = field(default_factory=dict)
+
+
+def sse_frame(data: dict | str, event: str | None = None) -> bytes:
+    """One SSE frame: optional `event:` line, one single-line `data:` line, blank line."""
+    payload = data if isinstance(data, str) else json.dumps(data, separators=(",", ":"), ensure_ascii=False)
+    head = f"event: {event}\n" if event else ""
+    return f"{head}data: {payload}\n\n".encode()
+
+
+def first_choice(chat: dict) -> dict:
+    choices = chat.get("choices") or [{}]
+    return choices[0]
+
+
+def reasoning_text(message: dict) -> str | None:
+    """vLLM 0.32 says `reasoning`; older servers and SGLang say `reasoning_content`."""
+    return message.get("reasoning") or message.get("reasoning_content") or None
