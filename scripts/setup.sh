@@ -17,7 +17,7 @@ pip=("$VENV/bin/python" -m pip install --disable-pip-version-check -q)
 "${pip[@]}" -r requirements-sdk.txt
 
 # The one known, deliberate conflict: mitmproxy declares h11<=0.14. Anything else fails setup.
-unexpected=$("$VENV/bin/python" -m pip check 2>&1 | grep -v -E "^mitmproxy 11\.0\.2 requires h11" || true)
+unexpected=$("$VENV/bin/python" -m pip check 2>&1 | grep -v -E "^mitmproxy 11\.0\.2 has requirement h11<=0\.14\.0" || true)
 if [ -n "$unexpected" ] && [ "$unexpected" != "No broken requirements found." ]; then
     echo "setup: unexpected dependency conflicts:" >&2; echo "$unexpected" >&2; exit 1
 fi

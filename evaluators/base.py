@@ -1,0 +1,126 @@
+"""The evaluator contract and registry: what an evaluator gets, what it returns, how it is named.
+
+An evaluator scores one session. It gets an `EvalInput` (ids, its workspace, its trajectory and
+completion rows, a time budget, its config) and returns an `EvalResult`: an outcome reward broadcast
+to every trace, and/or one reward per trace, plus JSON details. Built-ins are looked up by name;
+anything else is given as `module:Class` and must subclass `Evaluator`.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import math
+from dataclasses import dataclass, field
+from numbers import Real
+from pathlib import Path
+from typing import Any, ClassVar
+
+from store.paths import validate_name
+
+BUILTINS = {
+    "session_completed": "evaluators.session_completed:SessionCompleted",
+    "test_on_output": "evaluators.test_on_output:TestOnOutput",
+}
+
+
+class EvaluatorError(ValueError):
+    """An evaluator name, class or config that cannot be used."""
+
+
+@dataclass(frozen=True)
+class EvalInput:
+    """One session, as an evaluator sees it.
+
+    `trajectory` holds the session's trajectory rows of one builder (by trace_index, possibly empty);
+    `completions` its completion rows in seq order (token arrays and JSON bodies included).
+    """
+
+    session_id: str
+    task_id: str | None
+    workspace: Path | None
+    trajectory: list[dict]
+    completions: list[dict]
+    timeout_seconds: float
+    config: dict[str, Any]
+    session: dict = field(default_factory=dict)
+
+
+def check_reward(value: object, what: str = "reward") -> float:
+    """A finite real number as float; bools and NaN/inf are rejected (they are bugs, not scores)."""
+    if isinstance(value, bool) or not isinstance(value, Real) or not math.isfinite(value):
+        raise EvaluatorError(f"{what} must be a finite number, got {value!r}")
+    return float(value)
+
+
+@dataclass(frozen=True)
+class EvalResult:
+    """An evaluator's verdict. `reward` is broadcast to every trace; `trace_rewards` (one per trace) wins."""
+
+    reward: float | None = None
+    trace_rewards: list[float] | None = None
+    details: dict = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.reward is not None:
+            object.__setattr__(self, "reward", check_reward(self.reward))
+        if self.trace_rewards is not None:
+            checked = [check_reward(r, f"trace_rewards[{i}]") for i, r in enumerate(self.trace_rewards)]
+            object.__setattr__(self, "trace_rewards", checked)
+        if not isinstance(self.details, dict):
+            raise EvaluatorError(f"details must be a dict, got {type(self.details).__name__}")
+        json.dumps(self.details)  # details are stored as JSON: fail here, not at write time
+
+
+class Evaluator:
+    """Base class. Subclasses set `name` and implement `evaluate`; `check_config` validates early."""
+
+    name: ClassVar[str] = ""
+
+    def check_config(self, config: dict[str, Any]) -> dict[str, Any]:
+        """The config with defaults filled in, or EvaluatorError. Runs once, before any session."""
+        return dict(config)
+
+    def evaluate(self, inp: EvalInput) -> EvalResult:
+        raise NotImplementedError
+
+
+def evaluator_name(cls: type[Evaluator]) -> str:
+    """The name results are stored under (`rewards/session_id=<sid>/<name>.parquet`)."""
+    try:
+        return validate_name(cls.name or cls.__name__, "evaluator name")
+    except ValueError as error:
+        raise EvaluatorError(str(error)) from None
+
+
+def _import_class(spec: str) -> type:
+    module_name, _, class_name = spec.partition(":")
+    if not module_name or not class_name:
+        raise EvaluatorError(f"evaluator {spec!r}: expected module:Class")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as error:
+        raise EvaluatorError(f"evaluator {spec!r}: cannot import {module_name!r}: {error}") from error
+    try:
+        return getattr(module, class_name)
+    except AttributeError:
+        raise EvaluatorError(f"evaluator {spec!r}: {module_name} has no {class_name!r}") from None
+
+
+def resolve(spec: str) -> type[Evaluator]:
+    """The evaluator class for a built-in name or a `module:Class` spec."""
+    if spec in BUILTINS:
+        cls = _import_class(BUILTINS[spec])
+    elif ":" in spec:
+        cls = _import_class(spec)
+    else:
+        raise EvaluatorError(f"unknown evaluator {spec!r}; built-ins: {', '.join(BUILTINS)}, or module:Class")
+    if not (isinstance(cls, type) and issubclass(cls, Evaluator)):
+        raise EvaluatorError(f"evaluator {spec!r} is not a subclass of evaluators.base.Evaluator")
+    evaluator_name(cls)
+    return cls
+
+
+def create(spec: str) -> Evaluator:
+    """A fresh instance of the evaluator named by `spec`."""
+    return resolve(spec)()

@@ -1,0 +1,128 @@
+"""Merge a session's per-completion files into one part file, never showing readers a row twice.
+
+The design: a part file's name says what it covers. `part-<n>.parquet` holds exactly the rows with
+seq 0..n-1. Readers apply one rule per session directory, using file names only:
+
+    N = the largest n among part files (0 when there is none)
+    visible = part-N  +  per-completion files with seq >= N      (everything else is superseded)
+
+Compaction (under an exclusive lock file, so two compactors never race) takes part-N and the run
+of per-completion files with seq N, N+1, ... up to the first gap, writes `part-<k>` atomically (temp
+name, fsync, rename), and only then deletes what it merged. The rename is the single switch: before
+it readers use the old files, after it the new part; a crash between the rename and the deletes
+leaves superseded files that the rule hides and the next compaction removes. Files written while
+compaction runs have seq >= k (the writer assigns seqs in order and writes a session's files one at
+a time), so they are neither merged, nor deleted, nor hidden. Stopping at a gap means a file still
+being written can never be skipped.
+
+One race remains for readers: a query that listed the directory just before the deletes may fail
+to open a deleted file (an I/O error, never a wrong answer); re-running it sees the new part.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import time
+from contextlib import contextmanager
+from pathlib import Path
+
+import pyarrow as pa
+
+from store.files import fsync_dir, read_parquet, write_parquet_atomic
+from store.paths import data_files, loose_seq, part_covered, part_name, session_dir, validate_session_id
+from store.schema import COMPLETIONS
+
+LOCK_NAME = ".compact.lock"
+STALE_TMP_SECONDS = 3600.0
+
+
+def _classify(directory: Path) -> tuple[dict[int, Path], dict[int, Path]]:
+    """(parts by covered count, per-completion files by seq) in one session directory."""
+    parts, loose = {}, {}
+    for path in data_files(directory):
+        if (covered := part_covered(path)) is not None:
+            parts[covered] = path
+        elif (seq := loose_seq(path)) is not None:
+            loose[seq] = path
+    return parts, loose
+
+
+def live_files(directory: Path) -> list[Path]:
+    """The files readers should read for one session directory (the rule in the module doc)."""
+    parts, loose = _classify(directory)
+    covered = max(parts, default=0)
+    head = [parts[covered]] if parts else []
+    return head + [path for seq, path in sorted(loose.items()) if seq >= covered]
+
+
+def next_seq(directory: Path) -> int:
+    """The seq the next completion of this session gets: one past the highest on disk."""
+    parts, loose = _classify(directory)
+    return max([*parts, *(seq + 1 for seq in loose)], default=0)
+
+
+@contextmanager
+def _locked(directory: Path):
+    with open(directory / LOCK_NAME, "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def _remove(paths: list[Path], directory: Path) -> None:
+    for path in paths:
+        path.unlink(missing_ok=True)
+    if paths:
+        fsync_dir(directory)
+
+
+def _stale_temps(directory: Path) -> list[Path]:
+    """Temp files a crashed writer left behind (old enough that no write can still own them)."""
+    cutoff = time.time() - STALE_TMP_SECONDS
+    return [p for p in directory.glob(".*.tmp") if p.stat().st_mtime < cutoff]
+
+
+def _merge(directory: Path, inputs: list[Path], covered: int) -> pa.Table:
+    """The rows of `inputs`, checked to be exactly seqs 0..covered-1 of one session, in order."""
+    table = read_parquet(inputs, COMPLETIONS)
+    if table.column("seq").to_pylist() != list(range(covered)):
+        raise RuntimeError(f"{directory}: files to merge do not hold seqs 0..{covered - 1}; left unchanged")
+    if len(set(table.column("session_id").to_pylist())) > 1:
+        raise RuntimeError(f"{directory}: files to merge hold rows of several sessions; left unchanged")
+    return table
+
+
+def compact_dir(directory: Path) -> int:
+    """Compact one session directory; returns how many per-completion files were merged."""
+    if not directory.is_dir():
+        return 0
+    with _locked(directory):
+        parts, loose = _classify(directory)
+        start = max(parts, default=0)
+        end = start
+        while end in loose:
+            end += 1
+        superseded = [p for n, p in parts.items() if n < start] + [p for s, p in loose.items() if s < start]
+        if end > start:
+            inputs = ([parts[start]] if start in parts else []) + [loose[s] for s in range(start, end)]
+            write_parquet_atomic(directory / part_name(end), _merge(directory, inputs, end))
+            superseded += inputs
+        _remove(superseded + _stale_temps(directory), directory)
+    return end - start
+
+
+def compact_session(root: Path | str, sid: str) -> int:
+    """Compact one session's completions; returns how many per-completion files were merged."""
+    return compact_dir(session_dir(Path(root), "completions", validate_session_id(sid)))
+
+
+def compact_store(root: Path | str) -> dict[str, int]:
+    """Compact every session of the store: {session_id: files merged} for sessions that changed."""
+    merged = {}
+    for directory in sorted(Path(root, "completions").glob("session_id=*")):
+        sid = directory.name.removeprefix("session_id=")
+        if count := compact_session(root, sid):
+            merged[sid] = count
+    return merged

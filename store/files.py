@@ -1,0 +1,108 @@
+"""Durable file I/O: every Parquet file of the store is written and read through here.
+
+A file only ever appears under its final name complete and fsync'd: it is written to a hidden temp
+name in the same directory (`.<name>.<random>.tmp`, which no reader glob matches), flushed, fsync'd,
+renamed over the final name, and the directory is fsync'd so the rename survives a crash.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from store.paths import VERSION_FILE
+from store.schema import SCHEMA_VERSION
+
+
+class StoreError(ValueError):
+    """The directory is not a usable tracetap store."""
+
+
+def storage_schema(schema: pa.Schema) -> pa.Schema:
+    """The schema as written to files: column docs stripped (they live in schema.py, not per file)."""
+    return pa.schema([field.remove_metadata() for field in schema])
+
+
+def fsync_dir(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def ensure_dir(directory: Path) -> None:
+    """mkdir -p, fsync'ing each parent that gained an entry so the new directory is durable."""
+    if directory.is_dir():
+        return
+    ensure_dir(directory.parent)
+    try:
+        directory.mkdir()
+    except FileExistsError:
+        return
+    fsync_dir(directory.parent)
+
+
+def _write_atomic(path: Path, write) -> None:
+    ensure_dir(path.parent)
+    tmp = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
+    try:
+        with open(tmp, "wb") as handle:
+            write(handle)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    fsync_dir(path.parent)
+
+
+def write_parquet_atomic(path: Path, table: pa.Table) -> None:
+    """Write `table` to `path` so readers see either nothing or the whole, durable file."""
+
+    def write(handle) -> None:
+        # one row group, no dictionaries: most files hold one row, and this keeps a write cheap
+        pq.write_table(table, handle, use_dictionary=False, row_group_size=max(table.num_rows, 1))
+
+    _write_atomic(Path(path), write)
+
+
+def write_text_atomic(path: Path, text: str) -> None:
+    _write_atomic(Path(path), lambda handle: handle.write(text.encode()))
+
+
+def read_parquet(paths: list[Path], schema: pa.Schema, columns: list[str] | None = None) -> pa.Table:
+    """Read complete files into one table with the store schema (an empty table when no paths)."""
+    target = storage_schema(schema)
+    if columns is not None:
+        target = pa.schema([target.field(name) for name in columns])
+    tables = [pq.read_table(path, columns=columns, schema=target) for path in paths]
+    return pa.concat_tables(tables) if tables else target.empty_table()
+
+
+def read_version(root: Path) -> int | None:
+    """The store's schema version, or None when the VERSION file is missing."""
+    try:
+        return int(Path(root, VERSION_FILE).read_text().strip())
+    except FileNotFoundError:
+        return None
+    except ValueError as error:
+        raise StoreError(f"{root}/{VERSION_FILE} is not a schema version number") from error
+
+
+def check_store(root: Path | str) -> Path:
+    """The store at `root`, or a StoreError saying why it cannot be read."""
+    root = Path(root)
+    if not root.is_dir():
+        raise StoreError(f"store {root} does not exist")
+    version = read_version(root)
+    if version is None:
+        raise StoreError(f"{root} is not a tracetap store (no {VERSION_FILE} file)")
+    if version > SCHEMA_VERSION:
+        raise StoreError(f"store {root} has schema version {version}; this tracetap reads up to {SCHEMA_VERSION}")
+    return root

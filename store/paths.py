@@ -1,0 +1,101 @@
+"""Where every file of the store lives (DESIGN §5), and the ids that become path parts.
+
+Session ids, completion ids, builder and evaluator names all end up in file or directory names, so
+each is checked against one strict pattern before any path is built, and every built path is
+checked to stay under the store root.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+SESSION_ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
+LOOSE_NAME = re.compile(r"^(\d{8,})-(.+)\.parquet$")
+PART_NAME = re.compile(r"^part-(\d+)\.parquet$")
+VERSION_FILE = "VERSION"
+TABLE_DEPTH = {"completions": 1, "sessions": 1, "rewards": 1, "trajectories": 2}
+
+
+class InvalidSessionId(ValueError):
+    """A session id that does not match SESSION_ID_PATTERN."""
+
+
+def _check_id(value: object, what: str, error: type[ValueError] = ValueError) -> str:
+    # fullmatch: `$` alone would accept a trailing newline
+    if not isinstance(value, str) or not SESSION_ID_PATTERN.fullmatch(value):
+        raise error(f"invalid {what} {value!r}: must match {SESSION_ID_PATTERN.pattern}")
+    return value
+
+
+def validate_session_id(sid: object) -> str:
+    """Return `sid` unchanged when it is safe as a directory name, else raise InvalidSessionId."""
+    return _check_id(sid, "session id", InvalidSessionId)
+
+
+def validate_name(value: object, what: str) -> str:
+    """Same rule for other ids that become path parts (completion ids, builders, evaluators)."""
+    return _check_id(value, what)
+
+
+def validate_filename(name: object) -> str:
+    """A data file name readers will see: a safe id ending in `.parquet`."""
+    if not isinstance(name, str) or not name.endswith(".parquet"):
+        raise ValueError(f"invalid file name {name!r}: must end in .parquet")
+    return _check_id(name, "file name")
+
+
+def _under(root: Path, *parts: str) -> Path:
+    path = Path(root).joinpath(*parts)
+    if not path.resolve().is_relative_to(Path(root).resolve()):
+        raise InvalidSessionId(f"path {path} escapes the store root {root}")
+    return path
+
+
+def session_dir(root: Path, table: str, sid: str, builder: str | None = None) -> Path:
+    """`<table>/session_id=<sid>` (trajectories: `trajectories/builder=<b>/session_id=<sid>`)."""
+    part = f"session_id={validate_session_id(sid)}"
+    if table == "trajectories":
+        return _under(root, table, f"builder={validate_name(builder, 'builder')}", part)
+    if table not in TABLE_DEPTH:
+        raise ValueError(f"unknown table {table!r}")
+    return _under(root, table, part)
+
+
+def completion_name(seq: int, completion_id: str) -> str:
+    return f"{seq:08d}-{validate_name(completion_id, 'completion id')}.parquet"
+
+
+def part_name(covered: int) -> str:
+    """A compacted file; `covered` is how many seqs (0..covered-1) it holds, see compaction."""
+    return f"part-{covered}.parquet"
+
+
+def session_file(root: Path, sid: str) -> Path:
+    return session_dir(root, "sessions", sid) / "session.parquet"
+
+
+def table_glob(root: Path, table: str) -> str:
+    """The glob readers use: only final `*.parquet` names, never temp files (`.x.tmp`)."""
+    if table not in TABLE_DEPTH:
+        raise ValueError(f"unknown table {table!r}; tables: {', '.join(TABLE_DEPTH)}")
+    return str(Path(root, table, *["*"] * TABLE_DEPTH[table], "*.parquet"))
+
+
+def data_files(directory: Path) -> list[Path]:
+    """Complete data files in one partition directory (hidden and temp names skipped)."""
+    if not directory.is_dir():
+        return []
+    return sorted(p for p in directory.iterdir() if p.name.endswith(".parquet") and not p.name.startswith("."))
+
+
+def loose_seq(path: Path) -> int | None:
+    """The seq in a per-completion file name, or None for any other file."""
+    match = LOOSE_NAME.match(path.name)
+    return int(match.group(1)) if match else None
+
+
+def part_covered(path: Path) -> int | None:
+    """How many seqs a part file covers, or None when it is not a part file."""
+    match = PART_NAME.match(path.name)
+    return int(match.group(1)) if match else None

@@ -1,0 +1,57 @@
+"""Rows to Arrow tables with the store schema, and the writer for per-session derived tables.
+
+Builders write `trajectories`, evaluators write `rewards`; both go through `write_session_table`,
+which checks every row against the schema before anything touches the disk.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pyarrow as pa
+
+from store.files import storage_schema, write_parquet_atomic
+from store.paths import session_dir, validate_filename, validate_session_id
+from store.schema import TABLES, empty_row
+
+_STORAGE = {name: storage_schema(schema) for name, schema in TABLES.items()}
+
+
+def rows_to_table(table: str, rows: list[dict]) -> pa.Table:
+    """Rows (missing columns null) as an Arrow table of `table`'s schema; unknown columns are an error."""
+    schema = TABLES[table]
+    full = []
+    for row in rows:
+        unknown = set(row) - set(schema.names)
+        if unknown:
+            raise ValueError(f"unknown {table} column(s): {', '.join(sorted(unknown))}")
+        full.append({**empty_row(schema), **row})
+    return pa.Table.from_pylist(full, schema=_STORAGE[table])
+
+
+def write_session_table(
+    root: Path | str,
+    table: str,
+    session_id: str,
+    rows: list[dict],
+    filename: str,
+    *,
+    builder: str | None = None,
+) -> Path:
+    """Atomically (re)write one file of a session's `rewards` or `trajectories` partition.
+
+    Paths: `rewards/session_id=<sid>/<filename>` and
+    `trajectories/builder=<builder>/session_id=<sid>/<filename>`. Rows may omit `session_id`
+    (and `builder`); rows naming another session or builder are rejected. Returns the file's path.
+    """
+    if table not in ("rewards", "trajectories"):
+        raise ValueError(f"write_session_table writes rewards or trajectories, not {table!r}")
+    sid = validate_session_id(session_id)
+    path = session_dir(Path(root), table, sid, builder) / validate_filename(filename)
+    fixed = {"session_id": sid, **({"builder": builder} if table == "trajectories" else {})}
+    for row in rows:
+        clash = {k: row[k] for k in fixed if row.get(k) not in (None, fixed[k])}
+        if clash:
+            raise ValueError(f"row {clash} does not belong to {fixed}")
+    write_parquet_atomic(path, rows_to_table(table, [{**row, **fixed} for row in rows]))
+    return path

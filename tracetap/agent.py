@@ -1,0 +1,107 @@
+"""A small tool-using coding agent, written with the official `openai` SDK.
+
+It is the demo's stand-in for a real harness: it talks Chat Completions to whatever base URL it is
+given (the gateway), and executes the tools the model asks for inside one workspace directory.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "run_shell",
+            "description": "Run a shell command in the workspace and return its output.",
+            "parameters": {
+                "type": "object",
+                "properties": {"command": {"type": "string"}},
+                "required": ["command"],
+            },
+        },
+    },
+    {
+        "type": "function",
+        "function": {
+            "name": "write_file",
+            "description": "Write a file in the workspace (relative path), replacing its content.",
+            "parameters": {
+                "type": "object",
+                "properties": {"path": {"type": "string"}, "content": {"type": "string"}},
+                "required": ["path", "content"],
+            },
+        },
+    },
+]
+
+SYSTEM_PROMPT = "You are a careful coding agent. Use the tools to inspect and fix the project."
+
+
+@dataclass
+class AgentRun:
+    session_id: str
+    turns: int = 0
+    tool_calls: list[str] = field(default_factory=list)
+    final_message: str | None = None
+
+
+def run_shell(workspace: Path, command: str, timeout: float = 60.0) -> str:
+    # The agent's `python` must be the one tracetap runs under, so tests in the workspace find pytest.
+    env = dict(os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}")
+    try:
+        done = subprocess.run(command, shell=True, cwd=workspace, env=env, capture_output=True,
+                              text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return f"[timed out after {timeout:.0f}s]"
+    return (done.stdout + done.stderr)[-4000:] + f"\n[exit code {done.returncode}]"
+
+
+def write_file(workspace: Path, path: str, content: str) -> str:
+    target = (workspace / path).resolve()
+    if not target.is_relative_to(workspace.resolve()):
+        return f"refused: {path} is outside the workspace"
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text(content)
+    return f"wrote {len(content)} bytes to {path}"
+
+
+def execute_tool(workspace: Path, name: str, arguments: str) -> str:
+    try:
+        args = json.loads(arguments or "{}")
+    except json.JSONDecodeError as exc:
+        return f"invalid arguments: {exc}"
+    if name == "run_shell":
+        return run_shell(workspace, str(args.get("command", "")))
+    if name == "write_file":
+        return write_file(workspace, str(args.get("path", "")), str(args.get("content", "")))
+    return f"unknown tool {name}"
+
+
+def run_agent(base_url: str, session_id: str, task: str, workspace: Path,
+              model: str = "demo-model", max_turns: int = 12) -> AgentRun:
+    """Loop until the model answers without tool calls (or max_turns). The API key is the session id."""
+    from openai import OpenAI
+
+    client = OpenAI(base_url=base_url, api_key=session_id, max_retries=0)
+    messages: list[dict] = [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": task}]
+    run = AgentRun(session_id=session_id)
+    for _ in range(max_turns):
+        reply = client.chat.completions.create(model=model, messages=messages, tools=TOOLS,
+                                               max_tokens=512, temperature=0)
+        run.turns += 1
+        message = reply.choices[0].message
+        messages.append(message.model_dump(exclude_none=True, exclude={"annotations", "refusal"}))
+        if not message.tool_calls:
+            run.final_message = message.content
+            return run
+        for call in message.tool_calls:
+            run.tool_calls.append(call.function.name)
+            output = execute_tool(workspace, call.function.name, call.function.arguments)
+            messages.append({"role": "tool", "tool_call_id": call.id, "content": output})
+    return run

@@ -1,0 +1,79 @@
+"""Start and stop a gateway process: shared by the demo, the benchmark and the tests."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+READY_MARKER = "tracetap gateway ready on "
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@dataclass
+class GatewayProcess:
+    """A `tracetap gateway` child process; `url` is its root (OpenAI clients add /v1)."""
+
+    store: Path
+    port: int
+    process: subprocess.Popen
+    log_path: Path
+    extra_args: list[str] = field(default_factory=list)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = 15.0) -> None:
+        if self.process.poll() is None:
+            self.process.send_signal(sig)
+            try:
+                self.process.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+
+    def kill(self) -> None:
+        """SIGKILL by pid: what a crash looks like to the store."""
+        self.stop(signal.SIGKILL)
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+    def __enter__(self) -> GatewayProcess:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def start_gateway(store: Path, *args: str, port: int | None = None, timeout: float = 120.0,
+                  env: dict | None = None) -> GatewayProcess:
+    """Run `tracetap gateway --store STORE ARGS...` and wait until it says it is ready."""
+    port = port or free_port()
+    store.mkdir(parents=True, exist_ok=True)
+    log_path = store.parent / f"gateway-{port}.log"
+    cmd = [sys.executable, "-m", "tracetap.cli", "gateway", "--store", str(store),
+           "--listen", f"127.0.0.1:{port}", *args]
+    log = open(log_path, "wb")  # noqa: SIM115 - the child owns it for its lifetime
+    process = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT,
+                               env={**os.environ, **(env or {})})
+    log.close()
+    gateway = GatewayProcess(store, port, process, log_path, list(args))
+    deadline = time.monotonic() + timeout
+    while READY_MARKER not in gateway.log():
+        if process.poll() is not None or time.monotonic() > deadline:
+            gateway.stop()
+            raise RuntimeError(f"gateway did not start:\n{gateway.log()[-3000:]}")
+        time.sleep(0.1)
+    return gateway
