@@ -1,1 +1,10 @@
-"""builders package."""
+"""Trajectory builders: turn a store's completions into training traces (DESIGN §7).
+
+`BUILDERS` maps a builder name to its pure per-session function
+`(completions, eot_id=None, session=None) -> (traces, stats)`; `build` runs one over a store.
+"""
+
+from builders.prefix_merging import merge_session
+from builders.runner import BUILDERS, BuildSummary, build, list_sessions, load_session
+
+__all__ = ["BUILDERS", "BuildSummary", "build", "list_sessions", "load_session", "merge_session"]

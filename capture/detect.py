@@ -83,7 +83,8 @@ def _post(path: str, headers: Mapping[str, str], body: object) -> Route | None:
         endpoint = _GEMINI_VERBS.get(match.group(3))
         if endpoint is None:
             return None
-        return Route(GEMINI, endpoint, _gemini_model(match.group(2)), match.group(3) == "streamGenerateContent")
+        stream = match.group(3) == "streamGenerateContent"
+        return Route(GEMINI, endpoint, _gemini_model(match.group(2)), stream)
     if match := _SESSION_CLOSE.match(path):
         return Route(plausible_api(path, headers, body), SESSION_CLOSE, target=unquote(match.group(1)))
     return None

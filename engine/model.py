@@ -67,7 +67,9 @@ def load_model(vocab_limit: int, cache_dir: Path | None = None) -> TinyModel:
 def _load(folder: Path, vocab_limit: int) -> TinyModel:
     """One instance per cache folder per process."""
     from transformers import Qwen3ForCausalLM
+    from transformers.utils import logging as hf_logging
 
+    hf_logging.disable_progress_bar()  # a progress bar for 24 tensors is noise in a server's log
     model = Qwen3ForCausalLM.from_pretrained(str(build_once(folder, build_model)))
     return TinyModel(model.eval(), vocab_limit)
 
@@ -109,9 +111,10 @@ class TinyModel:
             inputs = torch.tensor([prompt_ids + forced_ids[:-1]])
             hidden = self.model.model(input_ids=inputs).last_hidden_state[0, -len(forced_ids):]
             steps = []
-            for start, chunk in zip(range(0, len(forced_ids), SCORE_CHUNK), hidden.split(SCORE_CHUNK)):
-                logprobs = self._log_softmax(self.model.lm_head(chunk))
-                for row, token in zip(logprobs, forced_ids[start:start + SCORE_CHUNK]):
+            for start in range(0, len(forced_ids), SCORE_CHUNK):
+                tokens = forced_ids[start:start + SCORE_CHUNK]
+                logprobs = self._log_softmax(self.model.lm_head(hidden[start:start + SCORE_CHUNK]))
+                for row, token in zip(logprobs, tokens, strict=True):
                     steps.append(Step(token, float(row[token]), _top(row, token, top_k)))
             return steps
 
@@ -135,7 +138,7 @@ class TinyModel:
 
 
 def _nucleus(probs: Any, top_p: float) -> Any:
-    """Zero every token outside the smallest best-first set whose mass reaches top_p (numpy sorts ~5x faster)."""
+    """Zero every token outside the smallest best-first set reaching top_p (numpy sorts ~5x faster)."""
     import numpy as np
 
     order = np.argsort(-probs)
@@ -150,5 +153,5 @@ def _top(logprobs: Any, chosen: int, k: int) -> list[tuple[int, float]]:
     if k <= 0:
         return []
     values, ids = logprobs.topk(k)
-    others = [(int(i), float(v)) for v, i in zip(values, ids) if int(i) != chosen]
+    others = [(int(i), float(v)) for v, i in zip(values, ids, strict=True) if int(i) != chosen]
     return [(chosen, float(logprobs[chosen])), *others][:k]

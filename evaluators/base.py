@@ -69,7 +69,10 @@ class EvalResult:
             object.__setattr__(self, "trace_rewards", checked)
         if not isinstance(self.details, dict):
             raise EvaluatorError(f"details must be a dict, got {type(self.details).__name__}")
-        json.dumps(self.details)  # details are stored as JSON: fail here, not at write time
+        try:  # details are stored as JSON: fail here, not at write time
+            json.dumps(self.details, allow_nan=False)
+        except (TypeError, ValueError) as error:
+            raise EvaluatorError(f"details must be JSON-serializable: {error}") from None
 
 
 class Evaluator:

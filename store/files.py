@@ -17,6 +17,8 @@ import pyarrow.parquet as pq
 from store.paths import VERSION_FILE
 from store.schema import SCHEMA_VERSION
 
+ROW_GROUP_ROWS = 1024
+
 
 class StoreError(ValueError):
     """The directory is not a usable tracetap store."""
@@ -25,6 +27,11 @@ class StoreError(ValueError):
 def storage_schema(schema: pa.Schema) -> pa.Schema:
     """The schema as written to files: column docs stripped (they live in schema.py, not per file)."""
     return pa.schema([field.remove_metadata() for field in schema])
+
+
+def _stat_columns(schema: pa.Schema) -> list[str]:
+    """Scalar columns other than JSON bodies: cheap min/max that let readers skip files."""
+    return [f.name for f in schema if not f.name.endswith("_json") and not pa.types.is_nested(f.type)]
 
 
 def fsync_dir(directory: Path) -> None:
@@ -66,8 +73,9 @@ def write_parquet_atomic(path: Path, table: pa.Table) -> None:
     """Write `table` to `path` so readers see either nothing or the whole, durable file."""
 
     def write(handle) -> None:
-        # one row group, no dictionaries: most files hold one row, and this keeps a write cheap
-        pq.write_table(table, handle, use_dictionary=False, row_group_size=max(table.num_rows, 1))
+        # most files hold one row: no dictionaries, statistics only where readers prune on them
+        pq.write_table(table, handle, use_dictionary=False, write_statistics=_stat_columns(table.schema),
+                       row_group_size=ROW_GROUP_ROWS)
 
     _write_atomic(Path(path), write)
 
@@ -86,13 +94,16 @@ def read_parquet(paths: list[Path], schema: pa.Schema, columns: list[str] | None
 
 
 def read_version(root: Path) -> int | None:
-    """The store's schema version, or None when the VERSION file is missing."""
+    """The store's schema version (None when VERSION is missing); a newer one than ours is an error."""
     try:
-        return int(Path(root, VERSION_FILE).read_text().strip())
+        version = int(Path(root, VERSION_FILE).read_text().strip())
     except FileNotFoundError:
         return None
     except ValueError as error:
         raise StoreError(f"{root}/{VERSION_FILE} is not a schema version number") from error
+    if version > SCHEMA_VERSION:
+        raise StoreError(f"store {root} has schema version {version}; this tracetap knows {SCHEMA_VERSION}")
+    return version
 
 
 def check_store(root: Path | str) -> Path:
@@ -100,9 +111,6 @@ def check_store(root: Path | str) -> Path:
     root = Path(root)
     if not root.is_dir():
         raise StoreError(f"store {root} does not exist")
-    version = read_version(root)
-    if version is None:
+    if read_version(root) is None:
         raise StoreError(f"{root} is not a tracetap store (no {VERSION_FILE} file)")
-    if version > SCHEMA_VERSION:
-        raise StoreError(f"store {root} has schema version {version}; this tracetap reads up to {SCHEMA_VERSION}")
     return root

@@ -86,7 +86,8 @@ def data_files(directory: Path) -> list[Path]:
     """Complete data files in one partition directory (hidden and temp names skipped)."""
     if not directory.is_dir():
         return []
-    return sorted(p for p in directory.iterdir() if p.name.endswith(".parquet") and not p.name.startswith("."))
+    names = (p for p in directory.iterdir() if p.name.endswith(".parquet") and not p.name.startswith("."))
+    return sorted(names)
 
 
 def loose_seq(path: Path) -> int | None:

@@ -15,6 +15,7 @@ from store.paths import session_dir, validate_filename, validate_session_id
 from store.schema import TABLES, empty_row
 
 _STORAGE = {name: storage_schema(schema) for name, schema in TABLES.items()}
+_REQUIRED = {name: [f.name for f in schema if not f.nullable] for name, schema in TABLES.items()}
 
 
 def rows_to_table(table: str, rows: list[dict]) -> pa.Table:
@@ -26,7 +27,23 @@ def rows_to_table(table: str, rows: list[dict]) -> pa.Table:
         if unknown:
             raise ValueError(f"unknown {table} column(s): {', '.join(sorted(unknown))}")
         full.append({**empty_row(schema), **row})
-    return pa.Table.from_pylist(full, schema=_STORAGE[table])
+    for name in _REQUIRED[table]:
+        if any(row[name] is None for row in full):
+            raise ValueError(f"{table} column {name} must not be null")
+    try:
+        return pa.Table.from_pylist(full, schema=_STORAGE[table])
+    except (pa.ArrowInvalid, pa.ArrowTypeError) as error:
+        raise ValueError(f"{table} rows do not fit the schema: {_misfit(full, table) or error}") from None
+
+
+def _misfit(rows: list[dict], table: str) -> str | None:
+    """Which column made the conversion fail, for an error message worth reading."""
+    for field in _STORAGE[table]:
+        try:
+            pa.array([row[field.name] for row in rows], field.type)
+        except (pa.ArrowInvalid, pa.ArrowTypeError) as error:
+            return f"column {field.name} ({field.type}): {error}"
+    return None
 
 
 def write_session_table(

@@ -4,7 +4,10 @@ One file per completion (`completions/session_id=<sid>/<seq:08d>-<completion_id>
 atomically and fsync'd before `record_completion` returns, then the session's one-row summary is
 rewritten. Session state lives in memory after its first touch, so a write never re-reads the store.
 Writes to one session are serialized (seqs hit the disk in order, which compaction relies on);
-different sessions write in parallel. One writer process per store: a lock file enforces it.
+different sessions write in parallel. The summary row is rewritten by a background thread right
+after each call (it is derived: a stale one is recounted from the completions on the next load), and
+synchronously by register_session, close_session, flush and close. One writer process per store:
+a lock file enforces it.
 """
 
 from __future__ import annotations
@@ -19,14 +22,29 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from store import compaction
-from store.files import StoreError, ensure_dir, read_parquet, read_version, write_parquet_atomic, write_text_atomic
-from store.paths import VERSION_FILE, completion_name, session_dir, session_file, validate_name, validate_session_id
+from store.files import (
+    StoreError,
+    ensure_dir,
+    read_parquet,
+    read_version,
+    write_parquet_atomic,
+    write_text_atomic,
+)
+from store.flusher import Flusher
+from store.paths import (
+    VERSION_FILE,
+    completion_name,
+    session_dir,
+    session_file,
+    validate_name,
+    validate_session_id,
+)
 from store.schema import COMPLETION_STATUSES, COMPLETIONS, SCHEMA_VERSION, SESSIONS, TABLES, empty_row
 from store.tables import rows_to_table
 
 FAILED = ("upstream_error", "timeout")
 _RECOUNT_COLUMNS = ["status", "http_status", "prompt_tokens", "completion_tokens", "created_at",
-                    "finished_at", "task_id", "metadata_json"]
+                    "finished_at", "task_id", "metadata_json", "chat_response_json"]
 
 
 @dataclass
@@ -34,32 +52,42 @@ class _Session:
     """What the writer knows about one session; guarded by `lock`."""
 
     directory: Path
+    path: Path
     row: dict
     next_seq: int
     failures: dict = field(default_factory=dict)
     last_write: float = 0.0
-    dirty: bool = False
+    dirty: bool = False  # has files compaction has not merged yet
+    version: int = 0  # bumped on every change of the summary; `saved` is the version on disk
+    saved: int = 0
     lock: threading.Lock = field(default_factory=threading.Lock)
+    save_lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def snapshot(self) -> dict:
+        return {**self.row, "upstream_failures_json": json.dumps(self.failures) if self.failures else None}
 
 
 def new_completion_id() -> str:
     return "cmpl-" + secrets.token_hex(12)
 
 
-def _harness(metadata_json: str | None) -> str | None:
-    """The harness name a completion's metadata carries (`{"harness": ...}`), if any."""
+def _metadata(completion: dict) -> dict:
     try:
-        metadata = json.loads(metadata_json) if metadata_json else None
+        metadata = json.loads(completion.get("metadata_json") or "{}")
     except ValueError:
-        return None
-    return metadata.get("harness") if isinstance(metadata, dict) else None
+        return {}
+    return metadata if isinstance(metadata, dict) else {}
 
 
 def _failure_kind(completion: dict) -> str:
-    if completion["status"] == "timeout":
+    """http_<status> | timeout | transport. The gateway may say which in metadata `upstream_failure`
+    (http | timeout | unreachable | invalid); without it, a recorded upstream body means HTTP."""
+    said = _metadata(completion).get("upstream_failure")
+    if completion["status"] == "timeout" or said == "timeout":
         return "timeout"
+    answered = said == "http" if said else completion.get("chat_response_json") is not None
     status = completion.get("http_status")
-    return f"http_{status}" if status else "transport"
+    return f"http_{status}" if answered and status else "transport"
 
 
 def _apply(state: _Session, completion: dict) -> None:
@@ -76,7 +104,7 @@ def _apply(state: _Session, completion: dict) -> None:
     row["started_at"] = row["started_at"] or completion.get("created_at") or completion["finished_at"]
     row["ended_at"] = completion["finished_at"]
     row["task_id"] = row["task_id"] or completion.get("task_id")
-    row["harness"] = row["harness"] or _harness(completion.get("metadata_json"))
+    row["harness"] = row["harness"] or _metadata(completion).get("harness")
     row["status"] = "open"
 
 
@@ -93,14 +121,12 @@ class StoreWriter:
         self._lock = threading.Lock()
         self._sessions: dict[str, _Session] = {}
         self._owner = self._open_store()
+        self._flusher = Flusher(self._save)
 
     def _open_store(self):
         for table in (None, *TABLES):
             ensure_dir(self.root / table if table else self.root)
-        version = read_version(self.root)
-        if version is not None and version > SCHEMA_VERSION:
-            raise StoreError(f"store {self.root} has schema version {version}; this tracetap writes {SCHEMA_VERSION}")
-        if version is None:
+        if read_version(self.root) is None:
             write_text_atomic(self.root / VERSION_FILE, f"{SCHEMA_VERSION}\n")
         owner = open(self.root / ".writer.lock", "a")
         try:
@@ -110,8 +136,13 @@ class StoreWriter:
             raise StoreError(f"store {self.root} is already open in another StoreWriter") from None
         return owner
 
+    def flush(self) -> None:
+        """Wait until every session row reflects every recorded call."""
+        self._flusher.flush()
+
     def close(self) -> None:
-        """Release the store (pending sessions stay as they are on disk; nothing is lost)."""
+        """Write pending session rows and release the store (sessions stay open, nothing is lost)."""
+        self._flusher.close()
         self._owner.close()
 
     def __enter__(self) -> StoreWriter:
@@ -132,13 +163,15 @@ class StoreWriter:
         state = self._state(sid)
         with state.lock:
             full = {**empty_row(COMPLETIONS), **row, "session_id": sid, "seq": state.next_seq,
-                    "completion_id": completion_id, "finished_at": row.get("finished_at") or datetime.now(UTC)}
+                    "completion_id": completion_id}
+            full["finished_at"] = full["finished_at"] or datetime.now(UTC)
             table = rows_to_table("completions", [full])
             write_parquet_atomic(state.directory / completion_name(state.next_seq, completion_id), table)
             state.next_seq += 1
             _apply(state, full)
-            self._save(state)
+            state.version += 1
             state.last_write, state.dirty = time.monotonic(), True
+        self._flusher.submit(sid)
         return full
 
     def register_session(self, sid: str, task_id: str | None = None, harness: str | None = None,
@@ -151,8 +184,8 @@ class StoreWriter:
             row["harness"] = row["harness"] or harness
             if metadata:
                 row["metadata_json"] = json.dumps({**json.loads(row["metadata_json"] or "{}"), **metadata})
-            self._save(state)
-            return dict(row)
+            state.version += 1
+        return self._save(sid)
 
     def close_session(self, sid: str) -> dict:
         """Compact the session's files and mark it closed; returns the session row."""
@@ -160,9 +193,9 @@ class StoreWriter:
         with state.lock:
             compaction.compact_dir(state.directory)
             state.row.update(status="closed", ended_at=datetime.now(UTC))
-            self._save(state)
+            state.version += 1
             state.dirty = False
-            return dict(state.row)
+        return self._save(sid)
 
     def compact_idle(self, idle_seconds: float) -> list[str]:
         """Compact sessions with new files and no write for `idle_seconds`; returns their ids."""
@@ -179,8 +212,12 @@ class StoreWriter:
 
     def _state(self, sid: str) -> _Session:
         with self._lock:
+            if self._owner.closed:
+                raise StoreError(f"the writer of {self.root} is closed")
             if sid not in self._sessions:
                 self._sessions[sid] = self._load(sid)
+                if self._sessions[sid].version:  # recounted: the row on disk was stale
+                    self._flusher.submit(sid)
             return self._sessions[sid]
 
     def _load(self, sid: str) -> _Session:
@@ -188,7 +225,7 @@ class StoreWriter:
         directory = session_dir(self.root, "completions", sid)
         path = session_file(self.root, sid)
         rows = read_parquet([path], SESSIONS).to_pylist() if path.exists() else []
-        state = _Session(directory, rows[0] if rows else _new_row(sid), compaction.next_seq(directory))
+        state = _Session(directory, path, rows[0] if rows else _new_row(sid), compaction.next_seq(directory))
         state.failures = json.loads(state.row["upstream_failures_json"] or "{}")
         if state.row["completions"] != state.next_seq:
             self._recount(state)
@@ -196,12 +233,21 @@ class StoreWriter:
 
     def _recount(self, state: _Session) -> None:
         table = read_parquet(compaction.live_files(state.directory), COMPLETIONS, _RECOUNT_COLUMNS)
+        status = state.row["status"]
         state.row.update(completions=0, prompt_tokens=0, completion_tokens=0, started_at=None)
         state.failures = {}
         for completion in table.to_pylist():
             _apply(state, completion)
+        state.row["status"] = status
+        state.version += 1
 
-    def _save(self, state: _Session) -> None:
-        state.row["upstream_failures_json"] = json.dumps(state.failures) if state.failures else None
-        path = session_file(self.root, state.row["session_id"])
-        write_parquet_atomic(path, rows_to_table("sessions", [state.row]))
+    def _save(self, sid: str) -> dict:
+        """Write the session row if it changed since the last write; returns the row."""
+        state = self._sessions[sid]
+        with state.lock:
+            row, version = state.snapshot(), state.version
+        with state.save_lock:
+            if version > state.saved:
+                write_parquet_atomic(state.path, rows_to_table("sessions", [row]))
+                state.saved = version
+        return row

@@ -17,10 +17,10 @@ def cli() -> None:
 
 
 def _register_commands() -> None:
-    """Every module in tracetap/commands exposes `command`, a click command."""
+    """Every module in tracetap/commands exposes `command`, a click command named after the module."""
     for info in sorted(pkgutil.iter_modules(commands.__path__), key=lambda m: m.name):
         module = importlib.import_module(f"tracetap.commands.{info.name}")
-        cli.add_command(module.command)
+        cli.add_command(module.command, info.name)
 
 
 _register_commands()
@@ -28,3 +28,7 @@ _register_commands()
 
 def main() -> None:
     cli()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,164 @@
+"""`tracetap export`: one builder's trajectories, rewards joined, as a training dataset.
+
+Formats: `parquet` (canonical, one row per trace, see export_rows.CANONICAL), `jsonl` (the same
+rows as JSON lines), `slime` (JSON lines of slime Sample dicts), `verl` (Parquet of verl agent-loop
+rows) and `atif` (a directory with one ATIF JSON document per session). Sessions are read one at a
+time, so memory is bounded by the largest session; the output appears atomically when complete.
+A trace's `group_id` is the session metadata's `group_id`, else its task id, else its session id.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import duckdb
+
+from builders import export_rows as rows_
+from builders.export_atif import atif_document, session_completions
+from builders.export_budget import apply_budget
+from builders.export_writers import JsonDirSink, JsonlSink, ParquetSink
+from builders.rewards import join_session, load_rewards
+from store import connect
+from store.catalog import table_files
+from store.files import read_parquet
+from store.paths import validate_name
+from store.schema import TRAJECTORIES
+
+FORMATS = ("parquet", "jsonl", "slime", "verl", "atif")
+
+
+class ExportError(ValueError):
+    """An export that cannot run as asked (bad format, no trajectories, budget on ATIF)."""
+
+
+@dataclass
+class ExportSummary:
+    format: str
+    out: str
+    sessions: int = 0
+    traces: int = 0
+    written: int = 0
+    dropped_over_budget: int = 0
+    clipped: int = 0
+    error_traces: int = 0
+    unrewarded_traces: int = 0
+    notes: list[str] = field(default_factory=list)
+
+
+def trajectory_sessions(root: Path, builder: str) -> dict[str, list[Path]]:
+    """The builder's trajectory files, grouped by session id, in session order."""
+    marker = f"builder={validate_name(builder, 'builder')}"
+    grouped: dict[str, list[Path]] = {}
+    for path in table_files(root, "trajectories"):
+        if path.parent.parent.name == marker:
+            grouped.setdefault(path.parent.name.removeprefix("session_id="), []).append(path)
+    return dict(sorted(grouped.items()))
+
+
+def _session_info(con: duckdb.DuckDBPyConnection) -> dict[str, dict]:
+    rows = con.execute("SELECT session_id, task_id, harness, metadata_json FROM sessions").fetchall()
+    info = {}
+    for sid, task_id, harness, metadata_json in rows:
+        try:
+            metadata = json.loads(metadata_json or "{}")
+        except json.JSONDecodeError:
+            metadata = {}
+        group = metadata.get("group_id") if isinstance(metadata, dict) else None
+        info[sid] = {"session_id": sid, "task_id": task_id, "harness": harness, "group_id": group}
+    return info
+
+
+class _Rows:
+    """Token-level formats: each session's canonical rows, converted, to a Parquet or JSONL sink."""
+
+    def __init__(self, fmt: str, out: Path, force: bool) -> None:
+        self.fmt, self.index, self.groups, self.rollouts = fmt, 0, {}, 0
+        schema = rows_.VERL if fmt == "verl" else rows_.CANONICAL
+        self.sink = ParquetSink(out, schema, force) if fmt in ("parquet", "verl") else JsonlSink(out, force)
+
+    def _convert(self, row: dict) -> dict:
+        if self.fmt == "verl":
+            return rows_.verl_row(row)
+        if self.fmt == "slime":
+            group = self.groups.setdefault(row["group_id"], len(self.groups))
+            self.index += 1
+            return rows_.slime_sample(row, self.index - 1, group, self.rollouts)
+        return row
+
+    def add(self, session: dict, traces: list[dict], rows: list[dict]) -> None:
+        self.sink.write([self._convert(row) for row in rows])
+        self.rollouts += 1
+
+
+class _Atif:
+    def __init__(self, out: Path, force: bool, con, builder: str, evaluator: str | None) -> None:
+        self.sink, self.con, self.builder, self.evaluator = JsonDirSink(out, force), con, builder, evaluator
+
+    def add(self, session: dict, traces: list[dict], rows: list[dict]) -> None:
+        completions = session_completions(self.con, session["session_id"])
+        self.sink.write_document(session["session_id"],
+                                 atif_document(session, traces, completions, self.builder, self.evaluator))
+
+
+def _sessions(con, files: dict[str, list[Path]], evaluator: str | None) -> Iterator[tuple[dict, list]]:
+    """(session info, traces joined with rewards) per session."""
+    infos = _session_info(con)
+    rewards = load_rewards(con, evaluator) if evaluator else {}
+    for sid, paths in files.items():
+        traces = sorted(read_parquet(paths, TRAJECTORIES).to_pylist(), key=lambda t: t["trace_index"])
+        info = dict(infos.get(sid) or {"session_id": sid, "task_id": None, "harness": None, "group_id": None})
+        info["task_id"] = info["task_id"] or next((t["task_id"] for t in traces if t.get("task_id")), None)
+        info["group_id"] = info["group_id"] or info["task_id"] or sid
+        if evaluator:
+            traces = join_session(traces, rewards.get(sid), evaluator)
+        yield info, traces
+
+
+def _fit(summary: ExportSummary, rows: list[dict], max_tokens: int | None) -> list[dict]:
+    kept = []
+    for row in rows:
+        fitted = apply_budget(row, max_tokens)
+        if fitted is None:
+            summary.dropped_over_budget += 1
+            continue
+        summary.clipped += fitted is not row
+        summary.error_traces += fitted.get("status") == "error"
+        summary.unrewarded_traces += fitted.get("reward") is None
+        kept.append(fitted)
+    return kept
+
+
+def export(root: Path | str, builder: str, fmt: str, out: Path | str, *, max_tokens: int | None = None,
+           evaluator: str | None = None, force: bool = False,
+           on_session: Callable[[str], None] | None = None) -> ExportSummary:
+    """Write the dataset to `out`; returns counts (traces dropped by the budget included)."""
+    root, out = Path(root), Path(out)
+    if fmt not in FORMATS:
+        raise ExportError(f"unknown format {fmt!r}; formats: {', '.join(FORMATS)}")
+    if max_tokens is not None and (fmt == "atif" or max_tokens < 1):
+        raise ExportError("--max-tokens needs a positive number and a token-level format (not atif)")
+    if evaluator:
+        validate_name(evaluator, "evaluator name")
+    sessions = trajectory_sessions(root, builder)
+    if not sessions:
+        raise ExportError(f"no trajectories of builder {builder!r} in {root}; run `tracetap build` first")
+    con = connect(root)
+    target = _Atif(out, force, con, builder, evaluator) if fmt == "atif" else _Rows(fmt, out, force)
+    summary = ExportSummary(fmt, str(out))
+    try:
+        for info, traces in _sessions(con, sessions, evaluator):
+            rows = _fit(summary, [rows_.canonical_row(t, info, evaluator) for t in traces], max_tokens)
+            target.add(info, traces, rows)
+            summary.sessions += 1
+            summary.traces += len(traces)
+            summary.written += len(rows)
+            if on_session:
+                on_session(info["session_id"])
+    except BaseException:
+        target.sink.abort()
+        raise
+    target.sink.commit()
+    return summary

@@ -1,0 +1,139 @@
+"""Run a builder over a store: read each session's completions, write its `trajectories` partition.
+
+Sessions are built one at a time, so memory is bounded by the largest session, not the store. Token
+columns are handed to the builders as numpy views over the Arrow buffers (no per-token Python
+objects). Each session's traces replace `trajectories/builder=<name>/session_id=<sid>/part-0.parquet`
+atomically; a session with no trace gets an empty file, so a rebuild never leaves stale traces.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+
+from builders import per_request, prefix_merging
+from builders.base import Builder
+from store import validate_session_id, write_session_table
+from store.compaction import live_files
+from store.files import check_store, read_parquet
+from store.paths import SESSION_ID_PATTERN, session_dir, session_file
+from store.schema import COMPLETIONS, SESSIONS
+
+READ_COLUMNS = ["session_id", "seq", "completion_id", "task_id", "status", "http_status", "served_model",
+                "prompt_token_ids", "completion_token_ids", "logprobs", "finish_reason", "tool_calls",
+                "chat_response_json", "policy_version"]
+NUMPY_COLUMNS = {"prompt_token_ids": np.int32, "completion_token_ids": np.int32, "logprobs": np.float32}
+OUTPUT_FILE = "part-0.parquet"
+BUILDERS: dict[str, Builder] = {
+    per_request.NAME: per_request.build_session,
+    prefix_merging.NAME: prefix_merging.merge_session,
+}
+
+
+@dataclass
+class BuildSummary:
+    """Totals of one build, plus each session's reconstruction stats."""
+
+    builder: str
+    sessions: int = 0
+    traces: int = 0
+    chains: int = 0
+    segments: int = 0
+    break_reasons: Counter = field(default_factory=Counter)
+    drift_tokens: int = 0
+    retries: int = 0
+    not_trainable: list[str] = field(default_factory=list)
+    session_stats: dict[str, dict] = field(default_factory=dict)
+
+    def add(self, session_id: str, stats: dict) -> None:
+        self.sessions += 1
+        self.traces += stats["traces"]
+        self.chains += stats.get("chains", 0)
+        self.segments += stats.get("segments", 0)
+        self.break_reasons.update(stats.get("break_reasons", {}))
+        self.drift_tokens += stats.get("drift_tokens", 0)
+        self.retries += stats.get("retries", 0)
+        if not stats["trainable"]:
+            self.not_trainable.append(session_id)
+        self.session_stats[session_id] = stats
+
+    def to_dict(self) -> dict:
+        return {"builder": self.builder, "sessions": self.sessions, "traces": self.traces,
+                "chains": self.chains, "segments": self.segments, "break_reasons": dict(self.break_reasons),
+                "drift_tokens": self.drift_tokens, "retries": self.retries,
+                "not_trainable": self.not_trainable, "session_stats": self.session_stats}
+
+
+def list_sessions(store_root: Path | str) -> list[str]:
+    """Ids of the sessions with recorded completions, sorted."""
+    root = check_store(store_root)
+    names = (path.name.removeprefix("session_id=") for path in Path(root, "completions").glob("session_id=*"))
+    return sorted(name for name in names if SESSION_ID_PATTERN.fullmatch(name))
+
+
+def _list_column(column: pa.ChunkedArray, dtype) -> list[np.ndarray | None]:
+    """A list<...> column as numpy views, one per row (None for null lists)."""
+    out: list[np.ndarray | None] = []
+    for chunk in column.chunks:
+        offsets = chunk.offsets.to_numpy()
+        values = chunk.values.to_numpy(zero_copy_only=False).astype(dtype, copy=False)
+        valid = chunk.is_valid().to_numpy(zero_copy_only=False)
+        out += [values[offsets[i]:offsets[i + 1]] if valid[i] else None for i in range(len(chunk))]
+    return out
+
+
+def table_rows(table: pa.Table) -> list[dict]:
+    """Rows of a completions table; token columns as numpy arrays, the rest as Python values."""
+    columns = {name: _list_column(table.column(name), NUMPY_COLUMNS[name]) if name in NUMPY_COLUMNS
+               else table.column(name).to_pylist() for name in table.column_names}
+    return [dict(zip(columns, values, strict=True)) for values in zip(*columns.values(), strict=True)]
+
+
+def load_session(store_root: Path | str, session_id: str) -> tuple[list[dict], dict | None]:
+    """(the session's completion rows in seq order, its sessions row or None)."""
+    root, sid = Path(store_root), validate_session_id(session_id)
+    directory = session_dir(root, "completions", sid)
+    for attempt in range(3):  # compaction may delete a file between listing and reading it
+        try:
+            table = read_parquet(live_files(directory), COMPLETIONS, READ_COLUMNS)
+            break
+        except FileNotFoundError:
+            if attempt == 2:
+                raise
+    path = session_file(root, sid)
+    sessions = read_parquet([path], SESSIONS).to_pylist() if path.exists() else []
+    rows = sorted(table_rows(table), key=lambda row: row["seq"])
+    return rows, sessions[0] if sessions else None
+
+
+def build(store_root: Path | str, builder: str, session_ids: Iterable[str] | None = None,
+          eot_id: int | None = None, progress: Callable[[str], None] | None = None) -> BuildSummary:
+    """Build `builder`'s trajectories for the given sessions (default: all) into the store.
+
+    `eot_id` overrides end-of-turn detection (prefix_merging). `progress` is called with each
+    session id once that session is written.
+    """
+    if builder not in BUILDERS:
+        raise ValueError(f"unknown builder {builder!r}; builders: {', '.join(BUILDERS)}")
+    if eot_id is not None and (isinstance(eot_id, bool) or not isinstance(eot_id, int) or eot_id < 0):
+        raise ValueError(f"end-of-turn id must be a non-negative integer, got {eot_id!r}")
+    root = check_store(store_root)
+    known = list_sessions(root)
+    wanted = known if session_ids is None else [validate_session_id(sid) for sid in session_ids]
+    missing = sorted(set(wanted) - set(known))
+    if missing:
+        raise ValueError(f"no completions recorded for session(s): {', '.join(missing)}")
+    summary = BuildSummary(builder)
+    for sid in wanted:
+        rows, session = load_session(root, sid)
+        traces, stats = BUILDERS[builder](rows, eot_id=eot_id, session=session)
+        write_session_table(root, "trajectories", sid, traces, OUTPUT_FILE, builder=builder)
+        summary.add(sid, stats)
+        if progress is not None:
+            progress(sid)
+    return summary

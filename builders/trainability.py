@@ -1,0 +1,71 @@
+"""Session-level trainability: may a trainer use this session's traces at all?
+
+A session is not trainable when
+- a completion ended with `abort` (the engine cut it off, e.g. for a weight update);
+- its completions were sampled by more than one `policy_version` (mixed weights);
+- its last upstream failure left it truncated: no ok completion came after it. A 4xx is a request
+  the upstream rejected before generating anything (a context overflow): the turns before it are
+  complete, so it does not count.
+Failed calls are rows of `completions` (status upstream_error or timeout); the session row's
+`upstream_failures_json` (`{kind: count, last_at, last_kind}`, where `last_at` is the number of
+completions recorded when the failure happened) is used when those rows are not at hand.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+
+FAILED = ("upstream_error", "timeout")
+_HTTP_4XX = re.compile(r"^http_4\d\d$")
+
+
+def _rejected_before_generation(row: dict) -> bool:
+    return row["status"] == "upstream_error" and 400 <= (row.get("http_status") or 0) < 500
+
+
+def _failure_from_rows(rows: list[dict]) -> tuple[int, bool] | None:
+    """(seq, was a 4xx) of the last failed call among `rows`, or None."""
+    failures = [row for row in rows if row.get("status") in FAILED]
+    if not failures:
+        return None
+    last = max(failures, key=lambda row: row["seq"])
+    return int(last["seq"]), _rejected_before_generation(last)
+
+
+def _failure_from_session(session: dict | None) -> tuple[int, bool] | None:
+    """The same from the session row's failure counters (seq = last_at - 1)."""
+    try:
+        info = json.loads((session or {}).get("upstream_failures_json") or "{}")
+    except ValueError:
+        return None
+    if not isinstance(info, dict) or not isinstance(info.get("last_at"), int):
+        return None
+    kind = info.get("last_kind")
+    if kind is None:  # kinds mixed and the last one unknown: judge it a non-4xx, conservatively
+        counted = [k for k in info if k not in ("last_at", "last_kind")]
+        kind = counted[0] if len(counted) == 1 else "unknown"
+    return info["last_at"] - 1, bool(_HTTP_4XX.match(str(kind)))
+
+
+def truncated_by_failure(rows: list[dict], session: dict | None = None) -> bool:
+    """True when the session's last upstream failure (not a 4xx) had no ok completion after it."""
+    failure = _failure_from_rows(rows) or _failure_from_session(session)
+    if failure is None:
+        return False
+    seq, rejected = failure
+    return not rejected and not any(row.get("status") == "ok" and row["seq"] > seq for row in rows)
+
+
+def not_trainable_reasons(rows: list[dict], session: dict | None = None) -> list[str]:
+    """Why a session's traces must not be trained on; empty when they may be."""
+    reasons = []
+    if any(row.get("finish_reason") == "abort" for row in rows):
+        reasons.append("aborted_completion")
+    versions = {row["policy_version"] for row in rows
+                if row.get("status") == "ok" and row.get("policy_version") is not None}
+    if len(versions) > 1:
+        reasons.append("mixed_policy_versions")
+    if truncated_by_failure(rows, session):
+        reasons.append("truncated_by_upstream_failure")
+    return reasons

@@ -1,0 +1,185 @@
+"""OpenAI Chat Completions <-> the upstream's Chat Completions: a checked, normalized pass-through.
+
+Requests: types are checked (a clear 400 instead of an upstream pydantic dump), `developer` becomes
+`system`, `max_completion_tokens` becomes `max_tokens`, OpenAI-only keys an engine rejects are
+dropped, and the model becomes the served one. Responses: the upstream body with the harness's own
+model name and without token arrays; streams are replayed as chunks (protocols.md §4.1).
+"""
+
+from __future__ import annotations
+
+import copy
+
+from capture.adapters.base import AdapterError, RequestContext, first_choice, reasoning_text, sse_frame
+
+API = "openai_chat"
+ROLES = {"system", "developer", "user", "assistant", "tool", "function"}
+# OpenAI platform features no engine serves; vLLM rejects or ignores them.
+DROPPED_KEYS = {"store", "metadata", "user", "service_tier", "prompt_cache_key", "safety_identifier",
+                "include", "truncation", "prediction", "modalities", "audio", "web_search_options",
+                "verbosity", "max_completion_tokens"}
+_TYPES = {  # key -> (accepted types, description)
+    "model": ((str,), "a string"),
+    "stream": ((bool,), "a boolean"),
+    "max_tokens": ((int,), "an integer"),
+    "max_completion_tokens": ((int,), "an integer"),
+    "temperature": ((int, float), "a number"),
+    "top_p": ((int, float), "a number"),
+    "seed": ((int,), "an integer"),
+    "logprobs": ((bool,), "a boolean"),
+    "top_logprobs": ((int,), "an integer"),
+    "n": ((int,), "an integer"),
+    "stop": ((str, list), "a string or a list of strings"),
+    "tools": ((list,), "a list"),
+    "tool_choice": ((str, dict), "a string or an object"),
+    "response_format": ((dict,), "an object"),
+    "stream_options": ((dict,), "an object"),
+    "chat_template_kwargs": ((dict,), "an object"),
+}
+_ERROR_TYPES = {
+    "invalid_request": "invalid_request_error",
+    "not_found": "invalid_request_error",
+    "payload_too_large": "invalid_request_error",
+    "timeout": "timeout_error",
+    "upstream_unreachable": "api_error",
+    "upstream_error": "api_error",
+    "internal": "server_error",
+}
+_UPSTREAM_ONLY = ("prompt_token_ids", "prompt_logprobs", "prompt_text")
+
+
+def to_chat_request(body: dict, ctx: RequestContext) -> dict:
+    """The harness's request as the upstream should see it. Raises AdapterError on bad input."""
+    _check_types(body)
+    _check_messages(body.get("messages"))
+    if body.get("n") not in (None, 1):
+        raise AdapterError("n other than 1 is not supported: the gateway records one completion per call")
+    chat = {k: copy.deepcopy(v) for k, v in body.items() if k not in DROPPED_KEYS}
+    chat["messages"] = [_normalize_message(m) for m in chat["messages"]]
+    if "max_tokens" not in chat and "max_completion_tokens" in body:
+        chat["max_tokens"] = body["max_completion_tokens"]
+    chat["model"] = ctx.served_model or ctx.requested_model
+    return chat
+
+
+def _check_types(body: dict) -> None:
+    for key, (types, description) in _TYPES.items():
+        value = body.get(key)
+        if value is None:
+            continue
+        if isinstance(value, bool) and bool not in types or not isinstance(value, types):
+            raise AdapterError(f"'{key}' must be {description}, got {type(value).__name__}")
+    stop = body.get("stop")
+    if isinstance(stop, list) and not all(isinstance(s, str) for s in stop):
+        raise AdapterError("'stop' must be a string or a list of strings")
+    if any(not isinstance(tool, dict) for tool in body.get("tools") or []):
+        raise AdapterError("every entry of 'tools' must be an object")
+
+
+def _check_messages(messages: object) -> None:
+    if not isinstance(messages, list) or not messages:
+        raise AdapterError("'messages' must be a non-empty list of message objects")
+    for i, message in enumerate(messages):
+        if not isinstance(message, dict):
+            raise AdapterError(f"messages[{i}] must be an object")
+        if message.get("role") not in ROLES:
+            raise AdapterError(f"messages[{i}].role must be one of {', '.join(sorted(ROLES))}")
+        content = message.get("content")
+        if content is not None and not isinstance(content, str | list):
+            raise AdapterError(f"messages[{i}].content must be a string, a list of parts or null")
+        if isinstance(content, list) and not all(isinstance(p, dict) for p in content):
+            raise AdapterError(f"messages[{i}].content parts must be objects")
+        _check_tool_calls(i, message.get("tool_calls"))
+
+
+def _check_tool_calls(i: int, calls: object) -> None:
+    if calls is None:
+        return
+    if not isinstance(calls, list):
+        raise AdapterError(f"messages[{i}].tool_calls must be a list")
+    for call in calls:
+        function = call.get("function") if isinstance(call, dict) else None
+        if not isinstance(function, dict) or not isinstance(function.get("name"), str):
+            raise AdapterError(f"messages[{i}].tool_calls entries need function.name")
+
+
+def _normalize_message(message: dict) -> dict:
+    if message["role"] == "developer":
+        return {**message, "role": "system"}
+    return message
+
+
+def from_chat_response(chat: dict, ctx: RequestContext) -> dict:
+    """The upstream body as the harness expects it: its model name, our id, no token arrays."""
+    out = {k: copy.deepcopy(v) for k, v in chat.items() if k not in _UPSTREAM_ONLY}
+    out.update(id=ctx.completion_id, model=ctx.requested_model)
+    keep_logprobs = _asked_logprobs(ctx)
+    out["choices"] = [_client_choice(c, keep_logprobs) for c in chat.get("choices") or []]
+    return out
+
+
+def _client_choice(choice: dict, keep_logprobs: bool) -> dict:
+    out = {k: v for k, v in choice.items() if k != "token_ids"}
+    if not keep_logprobs:
+        out["logprobs"] = None
+    message = dict(out.get("message") or {})
+    reasoning = reasoning_text(message)
+    if reasoning:
+        message["reasoning_content"] = message["reasoning"] = reasoning
+    out["message"] = message
+    return out
+
+
+def _asked_logprobs(ctx: RequestContext) -> bool:
+    return _request(ctx).get("logprobs") is True
+
+
+def _request(ctx: RequestContext) -> dict:
+    request = ctx.extra.get("request")
+    return request if isinstance(request, dict) else {}
+
+
+def to_sse_events(chat: dict, ctx: RequestContext) -> list[bytes]:
+    """The complete answer replayed as a chunk stream an OpenAI client folds back into it."""
+    choice = first_choice(chat)
+    message = choice.get("message") or {}
+    base = {"id": ctx.completion_id, "object": "chat.completion.chunk", "created": ctx.created,
+            "model": ctx.requested_model}
+    deltas = [{"role": "assistant", "content": ""}]
+    reasoning = reasoning_text(message)
+    if reasoning:
+        deltas.append({"reasoning": reasoning, "reasoning_content": reasoning})
+    if message.get("content"):
+        deltas.append({"content": message["content"]})
+    deltas += _tool_call_deltas(message.get("tool_calls") or [])
+    frames = [_chunk(base, delta) for delta in deltas]
+    logprobs = choice.get("logprobs") if _asked_logprobs(ctx) else None
+    frames.append(_chunk(base, {}, choice.get("finish_reason") or "stop", logprobs))
+    if (_request(ctx).get("stream_options") or {}).get("include_usage"):
+        frames.append(sse_frame({**base, "choices": [], "usage": chat.get("usage")}))
+    frames.append(sse_frame("[DONE]"))
+    return frames
+
+
+def _tool_call_deltas(calls: list[dict]) -> list[dict]:
+    deltas = []
+    for index, call in enumerate(calls):
+        function = call.get("function") or {}
+        head = {"index": index, "id": call.get("id"), "type": "function",
+                "function": {"name": function.get("name"), "arguments": ""}}
+        deltas.append({"tool_calls": [head]})
+        if function.get("arguments"):
+            rest = {"index": index, "function": {"arguments": function["arguments"]}}
+            deltas.append({"tool_calls": [rest]})
+    return deltas
+
+
+def _chunk(base: dict, delta: dict, finish_reason: str | None = None, logprobs: dict | None = None) -> bytes:
+    choice = {"index": 0, "delta": delta, "logprobs": logprobs, "finish_reason": finish_reason}
+    return sse_frame({**base, "choices": [choice]})
+
+
+def error_body(status: int, message: str, kind: str = "invalid_request") -> dict:
+    """OpenAI's error envelope; the SDK picks its exception class from the HTTP status."""
+    return {"error": {"message": message, "type": _ERROR_TYPES.get(kind, "api_error"), "param": None,
+                      "code": kind}}

@@ -1,0 +1,98 @@
+"""The mitmproxy addon: hooks only. Every call is answered by `GatewayService`; nothing is forwarded.
+
+Options (all `tracetap_*`) are declared in `load` and read once in `configure`; the store writer,
+the upstream client and the idle-compaction task live from `running` to `done`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+
+from mitmproxy import ctx, http
+
+from capture.service import FALLBACK_API, MAX_BODY, GatewayService, Reply, error_reply
+from capture.upstream import UpstreamClient
+from store import StoreWriter
+
+logger = logging.getLogger("tracetap.gateway")
+
+
+@dataclass(frozen=True)
+class Settings:
+    store: Path
+    upstream: str
+    upstream_kind: str = "vllm"
+    served_model: str | None = None
+    timeout: float = 600.0
+    max_body: int = MAX_BODY
+    compact_every: float = 30.0
+    idle_seconds: float = 300.0
+
+
+class Gateway:
+    def __init__(self) -> None:
+        self.settings: Settings | None = None
+        self.service: GatewayService | None = None
+        self._compaction: asyncio.Task | None = None
+
+    def load(self, loader) -> None:
+        loader.add_option("tracetap_store", str, "", "Store directory the gateway records into.")
+        loader.add_option("tracetap_upstream", str, "", "Base URL of the upstream engine.")
+        loader.add_option("tracetap_upstream_kind", str, "vllm", "Upstream kind: vllm | sglang.")
+        loader.add_option("tracetap_served_model", str, "", "Served model name (else asked upstream).")
+        loader.add_option("tracetap_timeout", float, 600.0, "Seconds to wait for one upstream answer.")
+        loader.add_option("tracetap_max_body", int, MAX_BODY, "Largest accepted request body, in bytes.")
+        loader.add_option("tracetap_compact_every", float, 30.0, "Seconds between idle-compaction passes.")
+        loader.add_option("tracetap_idle_seconds", float, 300.0, "Sessions idle this long get compacted.")
+
+    def configure(self, updated: set[str]) -> None:
+        if not any(name.startswith("tracetap_") for name in updated) or not ctx.options.tracetap_store:
+            return
+        o = ctx.options
+        self.settings = Settings(
+            store=Path(o.tracetap_store), upstream=o.tracetap_upstream,
+            upstream_kind=o.tracetap_upstream_kind, served_model=o.tracetap_served_model or None,
+            timeout=o.tracetap_timeout,
+            max_body=o.tracetap_max_body, compact_every=o.tracetap_compact_every,
+            idle_seconds=o.tracetap_idle_seconds,
+        )
+
+    async def running(self) -> None:
+        if self.settings is None:
+            raise RuntimeError("the tracetap gateway needs the tracetap_store option")
+        s = self.settings
+        upstream = UpstreamClient(s.upstream, s.upstream_kind, s.timeout, s.served_model)
+        self.service = GatewayService(StoreWriter(s.store), upstream, s.max_body)
+        await upstream.discover()
+        compaction = self.service.compact_idle_forever(s.compact_every, s.idle_seconds)
+        self._compaction = asyncio.create_task(compaction)
+
+    async def request(self, flow: http.HTTPFlow) -> None:
+        """Answer here, always: a flow left without a response would be forwarded unrecorded."""
+        if flow.response is not None:
+            return
+        try:
+            reply = await self._answer(flow.request)
+        except Exception:
+            logger.exception("gateway hook failed")
+            reply = error_reply(FALLBACK_API, 500, "internal gateway error (see the gateway log)", "internal")
+        flow.response = http.Response.make(reply.status, reply.body, reply.headers)
+
+    async def _answer(self, req: http.Request) -> Reply:
+        if self.service is None:
+            return error_reply(FALLBACK_API, 503, "the gateway is still starting", "internal")
+        path = req.path.partition("?")[0]
+        body = req.get_content(strict=False) or b""
+        return await self.service.handle(req.method, path, dict(req.headers), dict(req.query), body)
+
+    async def done(self) -> None:
+        if self._compaction is not None:
+            self._compaction.cancel()
+        if self.service is not None:
+            await self.service.upstream.aclose()
+            close = getattr(self.service.writer, "close", None)
+            if close is not None:
+                await asyncio.to_thread(close)

@@ -1,0 +1,262 @@
+"""The gateway's request handling, free of mitmproxy so it can be driven and tested directly.
+
+`GatewayService.handle(method, path, headers, query, body) -> Reply` answers every call itself:
+bind the session, detect the API, check and parse the body, translate with the provider adapter,
+call the upstream once (non-streaming, with token data), record the call durably, and only then
+answer (JSON or a synthetic SSE stream). Client errors are answered in the caller's API shape and
+never written; upstream failures are written with their status and no tokens.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from capture import detect as routes
+from capture.adapters import ADAPTERS
+from capture.adapters.base import AdapterError, RequestContext
+from capture.record import Call, build_row, display_path
+from capture.sessions import SessionError, bind, split_prefix
+from capture.upstream import UpstreamClient, UpstreamError
+from store.paths import InvalidSessionId, validate_session_id
+
+logger = logging.getLogger("tracetap.gateway")
+
+MAX_BODY = 32 * 1024 * 1024
+FALLBACK_API = "openai_chat"
+JSON_TYPE = "application/json"
+SSE_HEADERS = {"content-type": "text/event-stream", "cache-control": "no-cache", "x-accel-buffering": "no"}
+_UPSTREAM_KINDS = {"timeout": "timeout", "http": "upstream_error"}  # else upstream_unreachable
+_STARTED = int(time.time())
+
+
+class Reject(Exception):
+    """A call the gateway refuses: answered with `status` in the caller's API shape, never recorded."""
+
+    def __init__(self, status: int, message: str, kind: str = "invalid_request", api: str | None = None):
+        super().__init__(message)
+        self.status = status
+        self.kind = kind
+        self.api = api
+
+
+@dataclass
+class Reply:
+    status: int
+    body: bytes = b""
+    headers: dict[str, str] = field(default_factory=lambda: {"content-type": JSON_TYPE})
+
+
+@dataclass
+class Request:
+    """One incoming call as the service sees it; headers lower-cased."""
+
+    method: str
+    path: str
+    headers: dict[str, str]
+    query: Mapping[str, str]
+    body: bytes
+
+
+class GatewayService:
+    """Holds the store writer (anything with `record_completion`, `close_session`, `compact_idle`)
+    and the upstream client; the sessions seen bound explicitly count as registered ids."""
+
+    def __init__(self, writer, upstream: UpstreamClient, max_body: int = MAX_BODY):
+        self.writer = writer
+        self.upstream = upstream
+        self.max_body = max_body
+        self.registered: set[str] = set()
+
+    async def handle(self, method: str, path: str, headers: Mapping[str, str], query: Mapping[str, str],
+                     body: bytes) -> Reply:
+        request = Request(method.upper(), path, {k.lower(): v for k, v in headers.items()}, query, body)
+        api = routes.plausible_api(split_prefix(path)[1], request.headers)
+        try:
+            return await self._dispatch(request)
+        except Reject as exc:
+            return error_reply(exc.api or api, exc.status, str(exc), exc.kind)
+        except Exception:
+            logger.exception("gateway failed on %s %s", request.method, split_prefix(path)[1])
+            return error_reply(api, 500, "internal gateway error (see the gateway log)", "internal")
+
+    async def _dispatch(self, request: Request) -> Reply:
+        provider_path = split_prefix(request.path)[1]
+        route = routes.detect(request.method, provider_path, request.headers)
+        try:
+            data = self._body(request, route)
+            if data is not None:
+                route = routes.detect(request.method, provider_path, request.headers, data)
+            binding = bind(request.path, request.headers, request.query, self.registered)
+            handler = self._handlers()[route.endpoint]
+            return await handler(request, route, binding, data)
+        except Reject as exc:
+            exc.api = exc.api or route.api
+            raise
+        except SessionError as exc:
+            raise Reject(400, str(exc), api=route.api) from None
+
+    def _handlers(self) -> dict:
+        return {routes.GENERATE: self._generate, routes.COUNT_TOKENS: self._count_tokens,
+                routes.MODELS: self._models, routes.PROBE: self._probe,
+                routes.SESSION_CLOSE: self._close, routes.NOT_FOUND: self._not_found}
+
+    def _body(self, request: Request, route: routes.Route) -> dict | None:
+        if len(request.body) > self.max_body:
+            raise Reject(413, f"request body of {len(request.body)} bytes exceeds the limit of "
+                              f"{self.max_body} bytes", "payload_too_large")
+        if route.endpoint not in (routes.GENERATE, routes.COUNT_TOKENS):
+            return None
+        try:
+            data = json.loads(request.body)
+        except (ValueError, UnicodeDecodeError) as exc:
+            raise Reject(400, f"request body is not valid JSON: {exc}") from None
+        if not isinstance(data, dict):
+            raise Reject(400, "request body must be a JSON object")
+        return data
+
+    async def _generate(self, request: Request, route: routes.Route, binding, data: dict) -> Reply:
+        adapter = _adapter(route.api)
+        ctx = await self._context(route, binding, data)
+        chat_request = _translate(adapter, data, ctx)
+        if binding.source != "default":
+            self.registered.add(binding.session_id)
+        call = Call(session_id=binding.session_id, api=route.api,
+                    path=display_path(binding.path, request.query), stream=route.stream,
+                    requested_model=ctx.requested_model, request_body=data, completion_id=ctx.completion_id,
+                    user_agent=request.headers.get("user-agent"), session_source=binding.source,
+                    served_model=ctx.served_model, chat_request=chat_request)
+        try:
+            result = await self.upstream.chat(chat_request, binding.session_id)
+        except UpstreamError as exc:
+            return await self._upstream_failed(call, adapter, exc)
+        call.chat_request, call.capture, call.upstream_ms = result.request, result.capture, result.ms
+        call.served_model = result.body.get("model") or call.served_model
+        call.response_body = adapter.from_chat_response(result.body, ctx)
+        events = adapter.to_sse_events(result.body, ctx) if route.stream else None
+        await self._record(call)
+        headers = {"x-tracetap-session": call.session_id, "x-tracetap-completion-id": call.completion_id}
+        if events is None:
+            return Reply(200, _dumps(call.response_body), {"content-type": JSON_TYPE, **headers})
+        return Reply(200, b"".join(events), {**SSE_HEADERS, **headers})
+
+    async def _context(self, route: routes.Route, binding, data: dict) -> RequestContext:
+        requested = route.model or "unknown"
+        served = await self.upstream.resolve_model(requested)
+        return RequestContext(
+            requested_model=requested, served_model=served or requested, stream=route.stream,
+            completion_id="cmpl-" + uuid.uuid4().hex, created=int(time.time()), path=binding.path,
+            extra={"request": data, "session_id": binding.session_id},
+        )
+
+    async def _upstream_failed(self, call: Call, adapter, exc: UpstreamError) -> Reply:
+        kind = _UPSTREAM_KINDS.get(exc.kind, "upstream_unreachable")
+        call.status = "timeout" if exc.kind == "timeout" else "upstream_error"
+        call.http_status, call.error, call.upstream_body = exc.status, str(exc), exc.body
+        call.chat_request = exc.request or call.chat_request
+        call.response_body = adapter.error_body(exc.status, str(exc), kind)
+        await self._record(call)
+        return Reply(exc.status, _dumps(call.response_body))
+
+    async def _record(self, call: Call) -> None:
+        """Durable before the harness sees a byte: a failed write is a 500, never a silent loss."""
+        row = build_row(call)
+        try:
+            await asyncio.to_thread(self.writer.record_completion, row)
+        except Exception as exc:
+            logger.exception("could not record %s of session %s", call.completion_id, call.session_id)
+            raise Reject(500, "the gateway could not record this call", "internal") from exc
+
+    async def _count_tokens(self, request: Request, route: routes.Route, binding, data: dict) -> Reply:
+        adapter = _adapter(route.api)
+        if not hasattr(adapter, "count_tokens_body"):
+            raise Reject(404, f"{route.api} has no token-count endpoint", "not_found")
+        ctx = await self._context(route, binding, data)
+        try:
+            count = await self.upstream.tokenize(_translate(adapter, data, ctx))
+        except UpstreamError as exc:
+            kind = _UPSTREAM_KINDS.get(exc.kind, "upstream_unreachable")
+            raise Reject(exc.status, str(exc), kind) from None
+        return Reply(200, _dumps(adapter.count_tokens_body(count)))
+
+    async def _models(self, request: Request, route: routes.Route, binding, data: None) -> Reply:
+        names = list(self.upstream.models) or list(await self.upstream.discover())
+        if route.target:
+            names = [route.target]
+        entry = gemini_model if route.api == routes.GEMINI else openai_model
+        entries = [entry(n) for n in names]
+        if route.target:
+            return Reply(200, _dumps(entries[0]))
+        if route.api == routes.GEMINI:
+            return Reply(200, _dumps({"models": entries}))
+        first, last = (names[0], names[-1]) if names else (None, None)
+        body = {"object": "list", "data": entries, "has_more": False, "first_id": first, "last_id": last,
+                "models": []}
+        return Reply(200, _dumps(body))
+
+    async def _probe(self, request: Request, route: routes.Route, binding, data: None) -> Reply:
+        body = b"" if request.method == "HEAD" else _dumps({"status": "ok", "service": "tracetap-gateway"})
+        return Reply(200, body)
+
+    async def _close(self, request: Request, route: routes.Route, binding, data: None) -> Reply:
+        try:
+            sid = validate_session_id(route.target)
+        except InvalidSessionId as exc:
+            raise Reject(400, str(exc)) from None
+        await asyncio.to_thread(self.writer.close_session, sid)
+        self.registered.discard(sid)
+        return Reply(200, _dumps({"session_id": sid, "status": "closed"}))
+
+    async def _not_found(self, request: Request, route: routes.Route, binding, data: None) -> Reply:
+        path = split_prefix(request.path)[1]
+        raise Reject(404, f"unknown endpoint {request.method} {path}", "not_found")
+
+    async def compact_idle_forever(self, every: float, idle_seconds: float) -> None:
+        """Compact sessions idle longer than `idle_seconds`, every `every` seconds, until cancelled."""
+        while True:
+            await asyncio.sleep(every)
+            try:
+                await asyncio.to_thread(self.writer.compact_idle, idle_seconds)
+            except Exception:
+                logger.exception("idle compaction failed")
+
+
+def error_reply(api: str, status: int, message: str, kind: str) -> Reply:
+    """An error in the caller's API shape (OpenAI's when that API has no adapter yet)."""
+    adapter = ADAPTERS.get(api) or ADAPTERS[FALLBACK_API]
+    return Reply(status, _dumps(adapter.error_body(status, message, kind)))
+
+
+def _adapter(api: str):
+    if api not in ADAPTERS:
+        raise Reject(404, f"the {api} API is not supported by this gateway yet", "not_found")
+    return ADAPTERS[api]
+
+
+def _translate(adapter, data: dict, ctx: RequestContext) -> dict:
+    try:
+        return adapter.to_chat_request(data, ctx)
+    except AdapterError as exc:
+        raise Reject(exc.status, str(exc), exc.kind) from None
+
+
+def openai_model(name: str) -> dict:
+    """One model entry that the OpenAI and the Anthropic SDK parsers both accept (protocols §1.2)."""
+    created_at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(_STARTED))
+    return {"id": name, "object": "model", "type": "model", "created": _STARTED, "created_at": created_at,
+            "owned_by": "tracetap", "display_name": name}
+
+
+def gemini_model(name: str) -> dict:
+    return {"name": f"models/{name}", "displayName": name, "inputTokenLimit": 131072,
+            "outputTokenLimit": 32768,
+            "supportedGenerationMethods": ["generateContent", "streamGenerateContent", "countTokens"]}
+
+
+def _dumps(value: object) -> bytes:
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode()

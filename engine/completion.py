@@ -1,0 +1,152 @@
+"""One chat completion: render the prompt, then sample from the tiny model or play the script, then stop.
+
+The result keeps what vLLM reports: prompt ids with the generation prompt, every sampled id (including the
+end-of-turn token), raw logprobs aligned with those ids, and why generation ended.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from engine.cache import home_dir
+from engine.model import Sampling, Step, TinyModel, load_model
+from engine.parsing import find_stop, parse_reply
+from engine.request import ChatRequest, EngineError
+from engine.script import Script
+from engine.tokenizer import END_OF_TEXT_ID, IM_END_ID, ChatTokenizer, load_tokenizer
+
+MAX_MODEL_LEN = 4096
+END_OF_TURN = frozenset({IM_END_ID, END_OF_TEXT_ID})
+
+
+@dataclass
+class Completion:
+    """What one call produced; `message` holds content, reasoning and parsed tool calls."""
+
+    prompt_ids: list[int]
+    steps: list[Step]
+    message: dict[str, Any]
+    finish_reason: str
+    stop_reason: str | int | None = None
+
+
+class Engine:
+    """The tokenizer, the model and the optional script, loaded on first use."""
+
+    def __init__(
+        self, script: Script | None = None, seed: int = 0, max_model_len: int = MAX_MODEL_LEN,
+        cache_dir: Path | None = None,
+    ) -> None:
+        self.script, self.max_model_len = script, max_model_len
+        self.home = cache_dir or home_dir()  # holds tokenizer/ and model/
+        self._seeds = random.Random(seed)  # seeds for requests that bring none: repeatable across restarts
+        self._seed_lock = threading.Lock()
+
+    @property
+    def tokenizer(self) -> ChatTokenizer:
+        return load_tokenizer(self.home / "tokenizer")
+
+    @property
+    def model(self) -> TinyModel:
+        return load_model(self.tokenizer.size, self.home / "model")
+
+    def prompt_ids(
+        self, messages: list[dict[str, Any]], tools: list[dict] | None = None,
+        add_generation_prompt: bool = True, template_kwargs: dict[str, Any] | None = None,
+    ) -> list[int]:
+        """The prompt's token ids, exactly as a completion for these messages would see them."""
+        try:
+            text = self.tokenizer.render(messages, tools, add_generation_prompt, **(template_kwargs or {}))
+        except Exception as exc:  # jinja errors on malformed messages: the caller's mistake
+            raise EngineError(f"Could not render the chat template: {exc}", param="messages") from None
+        return self.tokenizer.encode(text)
+
+    def complete(self, request: ChatRequest, session: str | None = None) -> Completion:
+        """Run one chat completion (the model lock serializes the forward passes)."""
+        prompt = self.prompt_ids(request.messages, request.tools, True, request.template_kwargs)
+        if len(prompt) >= self.max_model_len:
+            raise EngineError(
+                f"This model's maximum context length is {self.max_model_len} tokens. However, your prompt "
+                f"contains at least {len(prompt)} input tokens, which exceeds this limit even without any "
+                "output tokens. Please reduce the length of the input prompt. "
+                f"(parameter=input_tokens, value={len(prompt)})",
+                param="input_tokens",
+            )
+        budget = min(request.max_tokens or self.max_model_len, self.max_model_len - len(prompt))
+        if self.script is not None:
+            return self._scripted(request, prompt, budget, session)
+        return self._sampled(request, prompt, budget)
+
+    def _sampled(self, request: ChatRequest, prompt: list[int], budget: int) -> Completion:
+        stops = END_OF_TURN | set(request.stop_token_ids)
+        watch = _StopWatch(self.tokenizer, request.stop)
+        steps = self.model.generate(
+            prompt, budget, self._sampling(request), request.top_logprobs,
+            lambda done: done[-1].token_id in stops or watch.hit(done[-1].token_id),
+        )
+        ids = [step.token_id for step in steps]
+        if ids[-1] in stops:
+            reason = None if ids[-1] in END_OF_TURN else ids[-1]
+            return self._finish(request, prompt, steps, self._text(ids[:-1]), "stop", reason)
+        text = self._text(ids)
+        hit = find_stop(text, request.stop)
+        if hit:
+            return self._finish(request, prompt, steps, text[: hit[0]], "stop", hit[1])
+        return self._finish(request, prompt, steps, text, "length")
+
+    def _scripted(
+        self, request: ChatRequest, prompt: list[int], budget: int, session: str | None,
+    ) -> Completion:
+        """The session's next scripted reply, tokenized as the template renders it, scored by the model."""
+        reply = self.script.next_reply(session)
+        forced = self.tokenizer.encode(self.tokenizer.assistant_turn(request.messages, reply, request.tools))
+        steps = self.model.score(prompt, forced[:budget], request.top_logprobs)
+        if len(forced) > budget:
+            return self._finish(request, prompt, steps, self._text(forced[:budget]), "length")
+        return self._finish(request, prompt, steps, self._text(forced[:-1]), "stop")
+
+    def _finish(
+        self, request: ChatRequest, prompt: list[int], steps: list[Step], text: str, finish: str,
+        stop_reason: str | int | None = None,
+    ) -> Completion:
+        """Parse the visible text into a message; tool calls turn an auto finish into `tool_calls`."""
+        message = parse_reply(text, request.parse_tools)
+        if message["tool_calls"]:
+            named = isinstance(request.tool_choice, dict)
+            finish = "stop" if named else "tool_calls"
+            message["content"] = (message["content"] or "") if named else message["content"]
+        return Completion(prompt, steps, message, finish, stop_reason)
+
+    def _text(self, ids: list[int]) -> str:
+        """Visible text: control tokens dropped, tool and think markers kept (vLLM's skip_special_tokens)."""
+        return self.tokenizer.decode(ids, skip_special_tokens=True)
+
+    def _sampling(self, request: ChatRequest) -> Sampling:
+        if request.seed is None:
+            with self._seed_lock:
+                seed = self._seeds.getrandbits(63)
+        else:
+            seed = request.seed
+        return Sampling(request.temperature, request.top_p, seed)
+
+
+class _StopWatch:
+    """Notices a stop string as soon as the token completing it is sampled (compares bytes, no decoding)."""
+
+    def __init__(self, tokenizer: ChatTokenizer, stops: list[str]) -> None:
+        self.tokenizer = tokenizer
+        self.stops = [stop.encode() for stop in stops]
+        self.longest = max((len(stop) for stop in self.stops), default=0)
+        self.tail = b""
+
+    def hit(self, token_id: int) -> bool:
+        if not self.stops:
+            return False
+        new = self.tokenizer.visible_bytes(token_id)
+        window = self.tail + new
+        self.tail = window[-self.longest:]
+        return any(stop in window for stop in self.stops)

@@ -1,0 +1,178 @@
+"""Response bodies in vLLM 0.32's shapes: chat completions (JSON and SSE chunks), models, tokenize.
+
+Every key vLLM sends is present (null where it does not apply), so a client written against vLLM reads
+the embedded engine through the same code path.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import time
+from typing import Any
+
+from engine.completion import Completion
+from engine.model import Step
+from engine.request import ChatRequest
+from engine.tokenizer import ChatTokenizer
+
+SYSTEM_FINGERPRINT = "tracetap-engine-0.1.0"
+LOWEST_LOGPROB = -9999.0  # vLLM's stand-in for -inf, which JSON cannot carry
+
+
+def completion_id() -> str:
+    return f"chatcmpl-{secrets.token_hex(8)}"
+
+
+def chat_completion(
+    done: Completion, request: ChatRequest, tokenizer: ChatTokenizer, model: str,
+) -> dict[str, Any]:
+    """The non-streaming `/v1/chat/completions` body."""
+    choice = {
+        "index": 0,
+        "message": _message(done.message),
+        "logprobs": _logprobs(done.steps, tokenizer) if request.logprobs else None,
+        "finish_reason": done.finish_reason,
+        "stop_reason": done.stop_reason,
+        "token_ids": [step.token_id for step in done.steps] if request.return_token_ids else None,
+        "routed_experts": None,
+    }
+    return {
+        **_head(completion_id(), "chat.completion", model),
+        "choices": [choice],
+        "service_tier": None,
+        "system_fingerprint": SYSTEM_FINGERPRINT,
+        "usage": {**_usage(done), "prompt_tokens_details": None, "completion_tokens_details": None},
+        "prompt_logprobs": None,
+        "prompt_token_ids": done.prompt_ids if request.return_token_ids else None,
+        "prompt_text": None,
+        "kv_transfer_params": None,
+        "ec_transfer_params": None,
+        "metrics": None,
+    }
+
+
+def chat_chunks(done: Completion, request: ChatRequest, tokenizer: ChatTokenizer, model: str) -> list[dict]:
+    """The same completion as vLLM's SSE chunks: role (with prompt ids), one chunk per token, usage.
+
+    Text arrives token by token; parsed tool calls and reasoning arrive whole in the finishing chunk.
+    """
+    head = _head(completion_id(), "chat.completion.chunk", model)
+    role = {**head, "choices": [_delta({"role": "assistant", "content": ""}, None)]}
+    if request.return_token_ids:
+        role.update(prompt_token_ids=done.prompt_ids, prompt_text=None)
+    chunks = [role]
+    pieces = _pieces(done, tokenizer)
+    for index, (step, piece) in enumerate(zip(done.steps, pieces, strict=True)):
+        last = index == len(done.steps) - 1
+        delta = _final_delta(done.message, piece) if last else ({"content": piece} if piece else {})
+        choice = _delta(delta, _logprobs([step], tokenizer) if request.logprobs else None)
+        if last:
+            choice.update(finish_reason=done.finish_reason, stop_reason=done.stop_reason)
+        if request.return_token_ids:
+            choice["token_ids"] = [step.token_id]
+        chunks.append({**head, "choices": [choice]})
+    if request.include_usage:
+        usage = {"usage": _usage(done), "system_fingerprint": SYSTEM_FINGERPRINT}
+        chunks.append({**head, "choices": [], **usage})
+    return chunks
+
+
+def sse(chunks: list[dict]) -> bytes:
+    """Chunks as `data:` events followed by `data: [DONE]`."""
+    events = [f"data: {json.dumps(chunk, ensure_ascii=False, separators=(',', ':'))}\n\n" for chunk in chunks]
+    return ("".join(events) + "data: [DONE]\n\n").encode()
+
+
+def models(served_model: str, max_model_len: int, root: str) -> dict[str, Any]:
+    """`GET /v1/models` with vLLM's extra keys (root, parent, max_model_len, permission)."""
+    created = int(time.time())
+    permission = {
+        "id": f"modelperm-{secrets.token_hex(8)}", "object": "model_permission", "created": created,
+        "allow_create_engine": False, "allow_sampling": True, "allow_logprobs": True,
+        "allow_search_indices": False, "allow_view": True, "allow_fine_tuning": False,
+        "organization": "*", "group": None, "is_blocking": False,
+    }
+    card = {
+        "id": served_model, "object": "model", "created": created, "owned_by": "tracetap", "root": root,
+        "parent": None, "max_model_len": max_model_len, "permission": [permission],
+    }
+    return {"object": "list", "data": [card]}
+
+
+def tokenized(ids: list[int], max_model_len: int, token_strs: list | None) -> dict[str, Any]:
+    """`POST /tokenize`."""
+    return {"count": len(ids), "max_model_len": max_model_len, "tokens": ids, "token_strs": token_strs}
+
+
+def _head(response_id: str, kind: str, model: str) -> dict[str, Any]:
+    return {"id": response_id, "object": kind, "created": int(time.time()), "model": model}
+
+
+def _usage(done: Completion) -> dict[str, int]:
+    prompt, completion = len(done.prompt_ids), len(done.steps)
+    return {"prompt_tokens": prompt, "total_tokens": prompt + completion, "completion_tokens": completion}
+
+
+def _message(parsed: dict[str, Any]) -> dict[str, Any]:
+    """vLLM's message keys; `tool_calls` only when there are some (its serializer drops an empty list)."""
+    message = {
+        "role": "assistant", "content": parsed["content"], "refusal": None, "annotations": None,
+        "audio": None, "function_call": None,
+    }
+    if parsed["tool_calls"]:
+        message["tool_calls"] = parsed["tool_calls"]
+    message["reasoning"] = parsed["reasoning"]
+    return message
+
+
+def _logprobs(steps: list[Step], tokenizer: ChatTokenizer) -> dict[str, Any]:
+    """`{content: [{token, logprob, bytes, top_logprobs}]}`, one entry per token id, in order."""
+    return {
+        "content": [
+            {**_entry(step.token_id, step.logprob, tokenizer), "top_logprobs": [
+                _entry(token_id, logprob, tokenizer) for token_id, logprob in step.top
+            ]}
+            for step in steps
+        ]
+    }
+
+
+def _entry(token_id: int, logprob: float, tokenizer: ChatTokenizer) -> dict[str, Any]:
+    """`token` is the token's own decoded text; `bytes` its exact bytes (even a partial UTF-8 sequence)."""
+    return {
+        "token": tokenizer.decode([token_id]),
+        "logprob": max(logprob, LOWEST_LOGPROB),
+        "bytes": list(tokenizer.token_bytes(token_id)),
+    }
+
+
+def _delta(delta: dict[str, Any], logprobs: dict[str, Any] | None) -> dict[str, Any]:
+    return {"index": 0, "delta": delta, "logprobs": logprobs, "finish_reason": None}
+
+
+def _final_delta(message: dict[str, Any], piece: str) -> dict[str, Any]:
+    """The finishing chunk's delta: the rest of plain text, or the whole parsed message when structured."""
+    if not message["tool_calls"] and not message["reasoning"]:
+        return {"content": piece} if piece else {}
+    delta: dict[str, Any] = {"content": message["content"]}
+    if message["reasoning"]:
+        delta["reasoning"] = message["reasoning"]
+    if message["tool_calls"]:
+        delta["tool_calls"] = [{"index": i, **call} for i, call in enumerate(message["tool_calls"])]
+    return delta
+
+
+def _pieces(done: Completion, tokenizer: ChatTokenizer) -> list[str]:
+    """Each token's share of the content (partial characters held back); the pieces join to the content."""
+    message = done.message
+    if message["tool_calls"] or message["reasoning"]:
+        return [""] * len(done.steps)
+    content, sent, pieces = message["content"] or "", 0, []
+    ids = [step.token_id for step in done.steps]
+    for end in range(1, len(ids)):
+        text = tokenizer.decode(ids[:end], skip_special_tokens=True)
+        upto = sent if text.endswith("\ufffd") else min(len(text), len(content))
+        pieces.append(content[sent:upto])
+        sent = max(sent, upto)
+    return [*pieces, content[sent:]]

@@ -1,0 +1,125 @@
+"""Score a store's sessions with one evaluator and write `rewards/session_id=<sid>/<name>.parquet`.
+
+Each session gets its rows (session, completions, one builder's trajectory) and its workspace:
+`--workspace-root DIR` gives `DIR/<session_id>`; otherwise the session's metadata `workspace` path.
+An evaluator that raises still leaves a reward row (reward null, `error` in the details), so a
+failed evaluation is visible and the reward join turns it into an error instead of a silent gap.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import duckdb
+
+from evaluators.base import EvalInput, EvalResult, EvaluatorError, create, evaluator_name
+from store import connect, validate_session_id, write_session_table
+
+DEFAULT_BUILDER = "prefix_merging"
+
+
+@dataclass(frozen=True)
+class SessionScore:
+    """One evaluated session, as reported back to the caller."""
+
+    session_id: str
+    reward: float | None
+    trace_rewards: list[float] | None
+    error: str | None
+    path: Path
+
+
+def _rows(con: duckdb.DuckDBPyConnection, sql: str, params: dict) -> list[dict]:
+    return con.sql(sql, params=params).to_arrow_table().to_pylist()
+
+
+def session_rows(con: duckdb.DuckDBPyConnection, session_ids: list[str] | None) -> list[dict]:
+    """Session rows to score (all, or the given ids; an unknown id is an error)."""
+    sessions = _rows(con, "SELECT * FROM sessions ORDER BY session_id", {})
+    if session_ids is None:
+        return sessions
+    known = {row["session_id"]: row for row in sessions}
+    missing = [sid for sid in session_ids if sid not in known]
+    if missing:
+        raise EvaluatorError(f"no such session(s) in the store: {', '.join(missing)}")
+    return [known[sid] for sid in session_ids]
+
+
+def workspace_for(session: dict, workspace_root: Path | None) -> Path | None:
+    """The session's workspace: `workspace_root/<sid>` when a root is given, else metadata `workspace`."""
+    sid = validate_session_id(session["session_id"])
+    if workspace_root is not None:
+        return Path(workspace_root) / sid
+    try:
+        metadata = json.loads(session.get("metadata_json") or "{}")
+    except json.JSONDecodeError:
+        return None
+    workspace = metadata.get("workspace") if isinstance(metadata, dict) else None
+    return Path(workspace) if isinstance(workspace, str) and workspace else None
+
+
+def session_data(con: duckdb.DuckDBPyConnection, sid: str, builder: str) -> tuple[list[dict], list[dict]]:
+    """(completion rows by seq, trajectory rows of `builder` by trace_index) of one session."""
+    completions = _rows(con, "SELECT * FROM completions WHERE session_id = $sid ORDER BY seq", {"sid": sid})
+    trajectory = _rows(con, "SELECT * FROM trajectories WHERE session_id = $sid AND builder = $builder "
+                            "ORDER BY trace_index", {"sid": sid, "builder": builder})
+    return completions, trajectory
+
+
+def _run(evaluator, inp: EvalInput) -> tuple[EvalResult | None, str | None]:
+    try:
+        result = evaluator.evaluate(inp)
+    except Exception as error:  # noqa: BLE001 - recorded in the rewards row, never swallowed
+        return None, f"{type(error).__name__}: {error}"
+    if not isinstance(result, EvalResult):
+        return None, f"evaluate() returned {type(result).__name__}, not EvalResult"
+    return result, None
+
+
+class EvaluationJob:
+    """One evaluator, checked config and the sessions to score; `score` runs and records one session."""
+
+    def __init__(self, root: Path | str, spec: str, config: dict[str, Any], *,
+                 session_ids: list[str] | None = None, builder: str = DEFAULT_BUILDER,
+                 workspace_root: Path | None = None, timeout: float = 600.0) -> None:
+        self.root = Path(root)
+        self.evaluator = create(spec)
+        self.name = evaluator_name(type(self.evaluator))
+        self.config = self.evaluator.check_config(config)  # bad config fails before any session runs
+        self.builder, self.workspace_root, self.timeout = builder, workspace_root, timeout
+        self.con = connect(self.root)
+        self.sessions = session_rows(self.con, session_ids)
+
+    def eval_input(self, session: dict) -> EvalInput:
+        completions, trajectory = session_data(self.con, session["session_id"], self.builder)
+        return EvalInput(session_id=session["session_id"], task_id=session.get("task_id"),
+                         workspace=workspace_for(session, self.workspace_root), trajectory=trajectory,
+                         completions=completions, timeout_seconds=self.timeout, config=self.config,
+                         session=session)
+
+    def reward_row(self, inp: EvalInput, result: EvalResult | None, error: str | None) -> dict:
+        details: dict[str, Any] = dict(result.details) if result else {}
+        details.update(builder=self.builder, trace_count=len(inp.trajectory))
+        if error:
+            details["error"] = error
+        return {"session_id": inp.session_id, "evaluator": self.name,
+                "reward": result.reward if result else None,
+                "trace_rewards": result.trace_rewards if result else None,
+                "details_json": json.dumps(details), "created_at": datetime.now(UTC)}
+
+    def score(self, session: dict) -> SessionScore:
+        inp = self.eval_input(session)
+        result, error = _run(self.evaluator, inp)
+        row = self.reward_row(inp, result, error)
+        path = write_session_table(self.root, "rewards", inp.session_id, [row], f"{self.name}.parquet")
+        return SessionScore(inp.session_id, row["reward"], row["trace_rewards"], error, path)
+
+
+def evaluate_store(root: Path | str, spec: str, config: dict[str, Any], **options: Any) -> list[SessionScore]:
+    """Score every selected session (see EvaluationJob for the options)."""
+    job = EvaluationJob(root, spec, config, **options)
+    return [job.score(session) for session in job.sessions]

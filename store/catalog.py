@@ -1,0 +1,95 @@
+"""Read the store: DuckDB views for SQL, Polars LazyFrames for notebooks; no data is copied.
+
+Views are defined over globs, which DuckDB expands again at every query, so a connection sees files
+written after `connect()`. Each view unions a typed empty row set, so tables with no files yet are
+empty views with the schema's columns and types. Files are read without hive partition inference:
+`session_id` (and `builder`) are real columns inside every file. The completions view applies the
+compaction visibility rule (see store/compaction.py) within one directory listing, so a query never
+sees a superseded file's rows twice. Views have no defined row order: use ORDER BY session_id, seq.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from store import compaction
+from store.files import storage_schema
+from store.paths import TABLE_DEPTH, data_files, table_glob
+from store.schema import TABLES
+
+if TYPE_CHECKING:
+    import duckdb
+    import polars
+
+PART_NUMBER = r"/part-([0-9]+)\.parquet$"
+
+
+def _sql_string(value: str) -> str:
+    return "'" + value.replace("'", "''") + "'"
+
+
+def _typed_empty(con: duckdb.DuckDBPyConnection, table: str) -> str:
+    """A SELECT with every column of `table` (and `filename`), typed, returning no rows."""
+    empty = con.from_arrow(storage_schema(TABLES[table]).empty_table())
+    columns = [f'NULL::{kind} AS "{name}"' for name, kind in zip(empty.columns, empty.types, strict=True)]
+    return f"SELECT {', '.join(columns)}, NULL::VARCHAR AS filename WHERE false"
+
+
+def _source(con: duckdb.DuckDBPyConnection, root: Path, table: str) -> str:
+    scan = (f"SELECT * FROM read_parquet({_sql_string(table_glob(root, table))}, filename = true, "
+            "hive_partitioning = false, allow_empty = true)")
+    return f"SELECT * FROM ({_typed_empty(con, table)}) UNION ALL BY NAME {scan}"
+
+
+def _view_sql(con: duckdb.DuckDBPyConnection, root: Path, table: str) -> str:
+    columns = ", ".join(f'"{name}"' for name in TABLES[table].names)
+    source = _source(con, root, table)
+    if table != "completions":
+        return f"SELECT {columns} FROM ({source})"
+    # N = highest part per session; visible: part-N and per-completion files with seq >= N
+    part = f"TRY_CAST(regexp_extract(filename, '{PART_NUMBER}', 1) AS BIGINT)"
+    numbered = f"SELECT *, {part} AS _part FROM ({source})"
+    windowed = f"SELECT *, max(_part) OVER (PARTITION BY session_id) AS _covered FROM ({numbered})"
+    return (f"SELECT {columns} FROM ({windowed}) "
+            "WHERE CASE WHEN _part IS NULL THEN seq >= coalesce(_covered, 0) ELSE _part = _covered END")
+
+
+def connect(root: Path | str, decode: Callable[[list[int]], str] | None = None) -> duckdb.DuckDBPyConnection:
+    """An in-memory DuckDB connection with views `completions, sessions, rewards, trajectories`.
+
+    With `decode`, the SQL function `decode(ids INTEGER[]) -> VARCHAR` calls it (NULL for NULL).
+    """
+    import duckdb
+
+    root = Path(root)
+    if not root.is_dir():
+        raise FileNotFoundError(f"store {root} does not exist")
+    con = duckdb.connect(":memory:")
+    con.execute("SET TimeZone = 'UTC'")  # the store's timestamps are UTC; show them so
+    for table in TABLES:
+        con.execute(f"CREATE VIEW {table} AS {_view_sql(con, root.resolve(), table)}")
+    if decode is not None:
+        con.create_function("decode", lambda ids: decode(list(ids)), ["INTEGER[]"], "VARCHAR")
+    return con
+
+
+def table_files(root: Path | str, table: str) -> list[Path]:
+    """The files a reader of `table` should read right now (superseded completions files left out)."""
+    root = Path(root)
+    if table not in TABLE_DEPTH:
+        raise ValueError(f"unknown table {table!r}; tables: {', '.join(TABLE_DEPTH)}")
+    directories = sorted(Path(root, table).glob("/".join(["*"] * TABLE_DEPTH[table])))
+    pick = compaction.live_files if table == "completions" else data_files
+    return [path for directory in directories for path in pick(directory)]
+
+
+def scan(root: Path | str, table: str) -> polars.LazyFrame:
+    """`table` as a Polars LazyFrame over the files present now (call again to see newer files)."""
+    import polars
+
+    files = table_files(root, table)
+    if not files:
+        return polars.from_arrow(storage_schema(TABLES[table]).empty_table()).lazy()
+    return polars.scan_parquet(files, hive_partitioning=False)

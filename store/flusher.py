@@ -1,0 +1,69 @@
+"""A background thread that runs deferred saves, coalescing repeated requests for the same key.
+
+The writer uses it for session summary rows: they are derived data (recounted from the completions
+on the next load if a crash loses one), so rewriting them need not sit on the gateway's per-call path.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Hashable
+
+log = logging.getLogger(__name__)
+
+
+class Flusher:
+    """Calls `save(key)` soon after `submit(key)`; many submits of one key before it runs make one save."""
+
+    def __init__(self, save: Callable[[Hashable], None], name: str = "tracetap-flusher") -> None:
+        self._save = save
+        self._name = name
+        self._pending: dict[Hashable, None] = {}
+        self._busy = False
+        self._closed = False
+        self._cond = threading.Condition()
+        self._thread: threading.Thread | None = None
+
+    def submit(self, key: Hashable) -> None:
+        """Schedule `save(key)`; after close() it runs right here instead."""
+        with self._cond:
+            closed = self._closed
+            if not closed:
+                self._pending[key] = None
+            if not closed and self._thread is None:
+                self._thread = threading.Thread(target=self._run, name=self._name, daemon=True)
+                self._thread.start()
+            self._cond.notify_all()
+        if closed:
+            self._save(key)
+
+    def flush(self) -> None:
+        """Block until every save submitted so far has run."""
+        with self._cond:
+            self._cond.wait_for(lambda: not self._pending and not self._busy)
+
+    def close(self) -> None:
+        """Run what is pending, then stop the thread."""
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+            thread = self._thread
+        if thread is not None:
+            thread.join()
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                self._cond.wait_for(lambda: self._pending or self._closed)
+                if not self._pending:
+                    return
+                keys, self._pending, self._busy = list(self._pending), {}, True
+            for key in keys:
+                try:
+                    self._save(key)
+                except Exception:  # the next submit retries; one bad save must not stop the thread
+                    log.exception("deferred save of %r failed", key)
+            with self._cond:
+                self._busy = False
+                self._cond.notify_all()

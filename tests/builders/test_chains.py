@@ -1,0 +1,118 @@
+"""Merge invariants of prefix_merging (routing in builders/chains.py), checked with hypothesis.
+
+Sessions are generated as agents talking through the toy template: turns that stop, call tools,
+get cut at `length` (kept, or dropped by the harness when empty), re-render differently, lack
+logprobs, get retried, and several agents interleaved.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from toychat import Conversation, numbered
+
+from builders import merge_session
+
+CONTENT = st.lists(st.integers(10, 97), min_size=0, max_size=6)
+RERENDERED, RETRY = 98, 99  # ids only a re-rendered turn / a discarded retry contain
+
+
+@st.composite
+def turns(draw) -> dict:
+    """One step of an agent: what it samples and what happens to that turn."""
+    content = draw(CONTENT)
+    finish = draw(st.sampled_from(["stop", "tool_calls", "length"]))
+    return {
+        "content": content if finish != "tool_calls" else content or [10],
+        "finish": finish,
+        "reasoning": draw(st.lists(st.integers(10, 97), max_size=3)),
+        "rerendered": draw(st.booleans()),  # the template re-renders a token of the turn differently
+        "logprobs": draw(st.booleans() | st.just(True)),
+        "retried": draw(st.integers(0, 3)) == 0,
+        "reply": draw(st.lists(st.integers(10, 97), min_size=1, max_size=4)),
+    }
+
+
+def play(chat: Conversation, step: dict) -> list[dict]:
+    """The rows one step produces: a retry (same prompt) first when drawn, then the kept attempt."""
+    rows = []
+    if step["retried"]:
+        rows.append(chat.ask([RETRY] * (len(step["content"]) + 1), keep=False))
+    content = step["content"]
+    canonical = [RERENDERED, *content[1:]] if step["rerendered"] and content else None
+    empty = step["finish"] == "length" and not content
+    rows.append(chat.ask(content, step["finish"], keep=not empty, reasoning=step["reasoning"],
+                         canonical=canonical, logprobs=step["logprobs"]))
+    chat.say("tool" if step["finish"] == "tool_calls" else "user", step["reply"])
+    return rows
+
+
+def check_invariants(rows: list[dict], traces: list[dict], stats: dict) -> None:
+    by_id = {row["completion_id"]: row for row in rows}
+    seen = []
+    for index, trace in enumerate(traces):
+        assert trace["trace_index"] == index
+        response, mask = trace["response_token_ids"], trace["loss_mask"]
+        assert len(mask) == len(response)
+        expected_mask = np.zeros(len(response), dtype=np.int8)
+        for span in json.loads(trace["metadata_json"])["spans"]:
+            call = by_id[span["completion_id"]]
+            window = slice(span["start"], span["start"] + span["length"])
+            assert response[window].tolist() == call["completion_token_ids"]
+            expected_mask[window] = 1
+            if trace["response_logprobs"] is not None:
+                assert np.allclose(trace["response_logprobs"][window], call["logprobs"])
+        assert mask.tolist() == expected_mask.tolist()
+        assert int(mask.sum()) == sum(len(by_id[c]["completion_token_ids"]) for c in trace["completion_ids"])
+        logprobs = trace["response_logprobs"]
+        if logprobs is not None:
+            assert len(logprobs) == len(response) and not logprobs[mask == 0].any()
+            assert all(by_id[c]["logprobs"] is not None for c in trace["completion_ids"])
+        else:
+            assert any(by_id[c]["logprobs"] is None for c in trace["completion_ids"])
+        seen += trace["completion_ids"]
+    assert len(seen) == len(set(seen))
+    left_out = stats["retries"] + stats["empty_truncations"]
+    assert stats["completions_preserved"] == len(seen) == len(rows) - left_out
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(turns(), min_size=1, max_size=8))
+def test_linear_agent_merges_into_one_trace_equal_to_its_history(steps):
+    chat = Conversation([12, 13]).say("user", [20])
+    rows = []
+    for step in steps:
+        rows += play(chat, step)
+    last = rows[-1]
+    rows = numbered(rows)
+    traces, stats = merge_session(rows, eot_id=2)
+    check_invariants(rows, traces, stats)
+    assert stats["segments"] == 1 and stats["break_reasons"] == {}
+    kept = [step for step in steps if step["finish"] != "length" or step["content"]]
+    if kept and kept[-1] is steps[-1]:  # the stream ends with the last call's sampled ids
+        (trace,) = traces
+        stream = trace["prompt_token_ids"].tolist() + trace["response_token_ids"].tolist()
+        assert stream == chat.expected_stream(last)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 2), turns()), min_size=1, max_size=12), st.booleans())
+def test_interleaved_agents_keep_every_invariant(schedule, same_system):
+    agents = [Conversation([12] if same_system else [12, 13 + k]).say("user", [20 + k]) for k in range(3)]
+    rows, owner = [], []
+    for agent, step in schedule:
+        played = play(agents[agent], step)
+        rows += played
+        owner += [agent] * len(played)
+    rows = numbered(rows)
+    traces, stats = merge_session(rows)
+    check_invariants(rows, traces, stats)
+    agent_of = {row["completion_id"]: agent for row, agent in zip(rows, owner, strict=True)}
+    chains: dict[int, set[int]] = {}
+    for trace in traces:  # a trace never mixes agents; a chain only when they share a system prompt
+        assert len({agent_of[c] for c in trace["completion_ids"]}) == 1
+        chains.setdefault(trace["chain_index"], set()).update(agent_of[c] for c in trace["completion_ids"])
+    assert same_system or all(len(agents) == 1 for agents in chains.values())

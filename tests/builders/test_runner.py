@@ -1,0 +1,81 @@
+"""build(): reading sessions from the store, writing the trajectories partition, the summary."""
+
+from __future__ import annotations
+
+import pyarrow.parquet as pq
+import pytest
+from toychat import Conversation, failure
+from tracestore import read_traces, write_store
+
+from builders import build, list_sessions, load_session
+from store import InvalidSessionId, StoreWriter
+from store.files import StoreError
+
+
+def agent_rows(session_id: str, turns: int) -> list[dict]:
+    chat = Conversation([10], session_id=session_id).say("user", [20])
+    rows = []
+    for turn in range(turns):
+        rows.append(chat.ask([30 + turn], "tool_calls"))
+        chat.say("tool", [40 + turn])
+    return rows
+
+
+@pytest.fixture
+def store_root(tmp_path):
+    rows = agent_rows("a", 3) + agent_rows("b", 2) + [failure(502, session_id="b")]
+    return write_store(tmp_path / "store", rows)
+
+
+def test_build_writes_one_file_per_session_under_the_builder(store_root):
+    seen = []
+    summary = build(store_root, "prefix_merging", progress=seen.append)
+    assert seen == ["a", "b"] == list_sessions(store_root)
+    for sid in seen:
+        path = store_root / "trajectories" / "builder=prefix_merging" / f"session_id={sid}" / "part-0.parquet"
+        table = pq.read_table(path)
+        assert table.column("session_id").to_pylist() == [sid]
+    assert (summary.sessions, summary.traces, summary.chains, summary.segments) == (2, 2, 2, 2)
+    assert summary.not_trainable == ["b"]  # its last call failed upstream
+    assert summary.session_stats["a"]["completions_merged"] == 2
+    assert summary.to_dict()["break_reasons"] == {}
+
+
+def test_rebuild_replaces_a_session_and_leaves_no_temp_files(store_root):
+    build(store_root, "per_request")
+    with StoreWriter(store_root) as writer:  # the session goes on after the first build
+        writer.record_completion(agent_rows("a", 4)[-1])
+    summary = build(store_root, "per_request", session_ids=["a"])
+    assert summary.sessions == 1 and len(read_traces(store_root, "per_request", "a")) == 4
+    assert len(read_traces(store_root, "per_request", "b")) == 2
+    assert not list(store_root.rglob("*.tmp"))
+
+
+def test_compacted_and_loose_files_read_alike(store_root):
+    before, _ = load_session(store_root, "a")
+    with StoreWriter(store_root) as writer:
+        writer.close_session("a")
+    after, session = load_session(store_root, "a")
+    assert [r["completion_id"] for r in after] == [r["completion_id"] for r in before]
+    for old, new in zip(before, after, strict=True):
+        assert new["prompt_token_ids"].tolist() == old["prompt_token_ids"].tolist()
+    assert session["status"] == "closed"
+    summary = build(store_root, "prefix_merging", session_ids=["a"])
+    assert summary.session_stats["a"]["completions_merged"] == 2
+
+
+@pytest.mark.parametrize(("kwargs", "error", "message"), [
+    ({"builder": "nope"}, ValueError, "unknown builder 'nope'"),
+    ({"session_ids": ["missing"]}, ValueError, "no completions recorded for session(s): missing"),
+    ({"session_ids": ["../etc"]}, InvalidSessionId, "invalid session id"),
+    ({"eot_id": -1}, ValueError, "non-negative integer"),
+])
+def test_bad_arguments_are_clear_errors_and_write_nothing(store_root, kwargs, error, message):
+    with pytest.raises(error, match=message.replace("(", r"\(").replace(")", r"\)")):
+        build(store_root, **{"builder": "prefix_merging", **kwargs})
+    assert not (store_root / "trajectories").exists() or not any((store_root / "trajectories").iterdir())
+
+
+def test_a_directory_that_is_not_a_store_is_an_error(tmp_path):
+    with pytest.raises(StoreError, match="not a tracetap store"):
+        build(tmp_path, "per_request")

@@ -1,0 +1,70 @@
+"""Session binding exactly as DESIGN.md §4: path prefix, headers, query, API key, default."""
+
+from __future__ import annotations
+
+import hashlib
+
+import pytest
+
+from capture.sessions import DEFAULT_SESSION, Binding, SessionError, bind, key_session_id
+
+CHAT = "/v1/chat/completions"
+
+
+def key_id(key: str) -> str:
+    return "key-" + hashlib.sha256(key.encode()).hexdigest()[:16]
+
+
+@pytest.mark.parametrize(("path", "headers", "query", "expected"), [
+    ("/s/run-1/v1/chat/completions", {"x-tracetap-session": "other"}, {"session_id": "q"},
+     Binding("run-1", CHAT, "path")),
+    ("/s/run.2_x/", {}, {}, Binding("run.2_x", "/", "path")),
+    (CHAT, {"x-tracetap-session": "h1", "x-session-id": "h2"}, {"session_id": "q"},
+     Binding("h1", CHAT, "header")),
+    (CHAT, {"x-session-id": "h2", "authorization": "Bearer sk-tap-k"}, {}, Binding("h2", CHAT, "header")),
+    (CHAT, {"x-tracetap-session": "  ", "x-session-id": "h2"}, {}, Binding("h2", CHAT, "header")),
+    (CHAT, {"authorization": "Bearer sk-tap-k"}, {"session_id": "q1"}, Binding("q1", CHAT, "query")),
+    (CHAT, {"authorization": "Bearer sk-tap-run-9"}, {}, Binding("sk-tap-run-9", CHAT, "api_key")),
+    (CHAT, {"authorization": "Bearer some-secret"}, {}, Binding(key_id("some-secret"), CHAT, "api_key")),
+    (CHAT, {"authorization": "bearer  spaced  "}, {}, Binding(key_id("spaced"), CHAT, "api_key")),
+    (CHAT, {"authorization": "Bearer ", "x-api-key": "sk-tap-a"}, {}, Binding("sk-tap-a", CHAT, "api_key")),
+    (CHAT, {"x-goog-api-key": "", "x-api-key": " "}, {"key": "sk-tap-g"},
+     Binding("sk-tap-g", CHAT, "api_key")),
+    (CHAT, {"x-goog-api-key": "AIza-secret"}, {}, Binding(key_id("AIza-secret"), CHAT, "api_key")),
+    (CHAT, {"x-goog-api-key": ""}, {"session_id": ""}, Binding(DEFAULT_SESSION, CHAT, "default")),
+    (CHAT, {}, {}, Binding(DEFAULT_SESSION, CHAT, "default")),
+])
+def test_first_match_wins(path, headers, query, expected):
+    assert bind(path, headers, query) == expected
+
+
+def test_registered_key_is_the_session_id():
+    headers = {"authorization": "Bearer my-run"}
+    assert bind(CHAT, headers, {}, registered={"my-run"}) == Binding("my-run", CHAT, "api_key")
+    assert bind(CHAT, headers, {}).session_id == key_id("my-run")
+
+
+def test_hashed_key_never_contains_the_key():
+    sid = key_session_id("sk-live-very-secret")
+    assert sid.startswith("key-") and len(sid) == 20 and "secret" not in sid
+
+
+@pytest.mark.parametrize(("path", "headers", "query"), [
+    ("/s/bad!id/v1/chat/completions", {}, {}),
+    ("/s/..%2F..%2Fetc/v1/chat/completions", {}, {}),
+    ("/s/-leading-dash/v1/models", {}, {}),
+    (CHAT, {"x-tracetap-session": "has space"}, {}),
+    (CHAT, {"x-session-id": "x" * 129}, {}),
+    (CHAT, {}, {"session_id": "a/b"}),
+    (CHAT, {"authorization": "Bearer sk-tap-bad/key"}, {}),
+])
+def test_invalid_explicit_ids_are_errors(path, headers, query):
+    with pytest.raises(SessionError) as error:
+        bind(path, headers, query)
+    assert error.value.path.startswith("/v1/")
+
+
+def test_invalid_key_is_not_echoed():
+    with pytest.raises(SessionError) as error:
+        bind(CHAT, {"x-api-key": "sk-tap-top secret"}, {})
+    assert "top secret" not in str(error.value)

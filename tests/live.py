@@ -1,0 +1,174 @@
+"""Real processes and servers for tests: the engine and the gateway as child processes, and a stub
+upstream that replays the real vLLM fixtures over loopback.
+
+Children are stopped by their pid; every helper here is a context manager or has `stop()`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+from tracetap.launch import GatewayProcess, free_port, start_gateway
+
+FIXTURES = Path(__file__).resolve().parent / "fixtures" / "vllm-0.32.0"
+INDEX = json.loads((FIXTURES / "index.json").read_text())
+CHAT_PATH = "/v1/chat/completions"
+CHAT_FIXTURES = sorted(n for n, v in INDEX.items() if n.startswith("chat_") and v["path"] == CHAT_PATH)
+ERROR_FIXTURES = sorted(n for n in INDEX if n.startswith("error_"))
+ENGINE_READY = re.compile(r"tracetap engine serving \S+ at (http://\S+)")
+
+__all__ = ["FIXTURES", "CHAT_FIXTURES", "ERROR_FIXTURES", "GatewayProcess", "EngineProcess", "Plan",
+           "StubUpstream", "fixture_body", "fixture_request", "free_port", "start_engine", "start_gateway"]
+
+
+def fixture_body(name: str) -> bytes:
+    """The raw response body of a fixture (JSON or SSE), byte for byte."""
+    return (FIXTURES / INDEX[name]["response_file"]).read_bytes()
+
+
+def fixture_request(name: str) -> dict:
+    """The request body that produced a fixture."""
+    return json.loads((FIXTURES / INDEX[name]["request_file"]).read_text()).get("body") or {}
+
+
+@dataclass
+class EngineProcess:
+    """A `tracetap engine` child process; `url` is its root (OpenAI clients add /v1)."""
+
+    process: subprocess.Popen
+    log_path: Path
+    url: str = ""
+
+    def stop(self, timeout: float = 15.0) -> None:
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+    def __enter__(self) -> EngineProcess:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def start_engine(workdir: Path, script: Path | None = None, timeout: float = 180.0) -> EngineProcess:
+    """Run `tracetap engine` on a free port and wait until it serves."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    log_path = workdir / f"engine-{time.monotonic_ns()}.log"
+    cmd = [sys.executable, "-m", "tracetap.cli", "engine", "--listen", "127.0.0.1:0"]
+    cmd += ["--script", str(script)] if script else []
+    with open(log_path, "wb") as log:
+        process = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=dict(os.environ))
+    engine = EngineProcess(process, log_path)
+    deadline = time.monotonic() + timeout
+    while not (match := ENGINE_READY.search(engine.log())):
+        if process.poll() is not None or time.monotonic() > deadline:
+            engine.stop()
+            raise RuntimeError(f"engine did not start:\n{engine.log()[-3000:]}")
+        time.sleep(0.1)
+    engine.url = match.group(1)
+    return engine
+
+
+@dataclass
+class Plan:
+    """How the stub answers one session: a fixture's body and status, after `delay` seconds."""
+
+    fixture: str = "chat_basic"
+    delay: float = 0.0
+
+
+@dataclass
+class StubUpstream:
+    """A vLLM stand-in on loopback that replays fixtures. The session header picks the answer:
+    `plans[sid]` when set, else the fixture named like the session, else `default`.
+    Every chat request it receives is kept in `requests` as (headers, body)."""
+
+    plans: dict[str, Plan] = field(default_factory=dict)
+    default: Plan = field(default_factory=Plan)
+    requests: list[tuple[dict, dict]] = field(default_factory=list)
+    _server: ThreadingHTTPServer | None = None
+
+    @property
+    def url(self) -> str:
+        host, port = self._server.server_address[:2]
+        return f"http://{host}:{port}"
+
+    def plan_for(self, sid: str | None) -> Plan:
+        if sid in self.plans:
+            return self.plans[sid]
+        return Plan(sid) if sid in INDEX else self.default
+
+    def start(self) -> StubUpstream:
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), _stub_handler(self))
+        self._server.daemon_threads = True
+        threading.Thread(target=self._server.serve_forever, args=(0.05,), daemon=True).start()
+        return self
+
+    def stop(self) -> None:
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            self._server = None
+
+    def __enter__(self) -> StubUpstream:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def _stub_handler(stub: StubUpstream) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+        disable_nagle_algorithm = True
+
+        def do_GET(self) -> None:
+            if self.path == "/v1/models":
+                return self._send_fixture("models")
+            self._send(404, b'{"error":{"message":"not found"}}', "application/json")
+
+        def do_POST(self) -> None:
+            body = json.loads(self.rfile.read(int(self.headers.get("content-length") or 0)) or b"{}")
+            if self.path == "/tokenize":
+                return self._send_fixture("tokenize_chat")
+            headers = {k.lower(): v for k, v in self.headers.items()}
+            stub.requests.append((headers, body))
+            plan = stub.plan_for(headers.get("x-tracetap-session"))
+            time.sleep(plan.delay)
+            self._send_fixture(plan.fixture)
+
+        def _send_fixture(self, name: str) -> None:
+            self._send(INDEX[name]["status"], fixture_body(name), INDEX[name]["content_type"])
+
+        def _send(self, status: int, payload: bytes, content_type: str) -> None:
+            try:
+                self.send_response(status)
+                self.send_header("content-type", content_type)
+                self.send_header("content-length", str(len(payload)))
+                self.end_headers()
+                self.wfile.write(payload)
+            except (BrokenPipeError, ConnectionResetError):
+                pass  # the gateway gave up (timeout test) or was killed (crash test)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    return Handler
+

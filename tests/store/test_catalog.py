@@ -1,0 +1,118 @@
+import pytest
+from store_rows import completion
+
+from store import StoreWriter, connect, scan, write_session_table
+from store.catalog import table_files
+from store.paths import session_dir
+from store.schema import TABLES
+
+
+def view_types(con, table):
+    return [(name, kind) for name, kind, *_ in con.execute(f"DESCRIBE {table}").fetchall()]
+
+
+TOOL_CALL = {"id": "c", "name": "ls", "arguments": "{}"}
+TOP = [[{"token_id": 4, "token": "a", "logprob": -0.5}], []]
+REWARD = {"evaluator": "e", "reward": 1.0, "trace_rewards": [1.0]}
+TRACE = {"builder": "per_request", "trace_index": 0, "loss_mask": [1, 0], "response_logprobs": [-0.5, 0.0]}
+
+
+def fill(root):
+    """A store with a row in every table (two sessions of completions)."""
+    with StoreWriter(root) as w:
+        w.record_completion(completion("s1", task_id="t1", tool_calls=[TOOL_CALL], top_logprobs=TOP))
+        w.record_completion(completion("s2"))
+    write_session_table(root, "rewards", "s1", [REWARD], "e.parquet")
+    write_session_table(root, "trajectories", "s1", [TRACE], "part-0.parquet", builder="per_request")
+
+
+@pytest.mark.parametrize("table", list(TABLES))
+def test_empty_views_have_the_file_columns_and_types(tmp_path, table):
+    empty, full = tmp_path / "empty", tmp_path / "full"
+    StoreWriter(empty).close()
+    fill(full)
+    con_empty, con_full = connect(empty), connect(full)
+    assert con_empty.execute(f"SELECT count(*) FROM {table}").fetchone() == (0,)
+    assert con_full.execute(f"SELECT count(*) FROM {table}").fetchone()[0] >= 1
+    assert [n for n, _ in view_types(con_empty, table)] == TABLES[table].names
+    assert view_types(con_empty, table) == view_types(con_full, table)
+
+
+def test_views_see_files_written_after_connect(root):
+    with StoreWriter(root) as w:
+        con = connect(root)
+        assert con.execute("SELECT count(*) FROM completions").fetchone() == (0,)
+        w.record_completion(completion())
+        assert con.execute("SELECT count(*) FROM completions").fetchone() == (1,)
+        w.record_completion(completion("s2"))
+        w.flush()
+        assert con.execute("SELECT count(*) FROM sessions").fetchone() == (2,)
+        w.close_session("s1")
+        assert con.execute("SELECT count(*) FROM completions").fetchone() == (2,)
+
+
+def test_partition_columns_come_from_the_files_once(tmp_path):
+    fill(tmp_path)
+    con = connect(tmp_path)
+    assert con.execute("SELECT session_id, task_id, tool_calls[1].name FROM completions WHERE seq = 0 "
+                       "ORDER BY session_id").fetchall() == [("s1", "t1", "ls"), ("s2", None, None)]
+    assert con.execute("SELECT builder, session_id, loss_mask FROM trajectories").fetchall() == [
+        ("per_request", "s1", [1, 0])]
+    assert con.execute("SELECT session_id, evaluator, reward FROM rewards").fetchall() == [("s1", "e", 1.0)]
+
+
+def test_decode_function_uses_the_given_tokenizer(tmp_path):
+    fill(tmp_path)
+    con = connect(tmp_path, decode=lambda ids: "".join(chr(ord("a") + i) for i in ids))
+    rows = con.execute("SELECT decode(prompt_token_ids), decode(completion_token_ids), decode(NULL) "
+                       "FROM completions WHERE session_id = 's1'").fetchall()
+    assert rows == [("bcd", "ef", None)]
+    assert con.execute("SELECT decode([0, 25])").fetchone() == ("az",)
+
+
+def test_no_decode_function_without_a_tokenizer(tmp_path):
+    fill(tmp_path)
+    with pytest.raises(Exception, match="decode"):
+        connect(tmp_path).execute("SELECT decode(prompt_token_ids) FROM completions").fetchall()
+
+
+def test_store_path_with_a_quote_works(tmp_path):
+    root = tmp_path / "it's a store"
+    fill(root)
+    assert connect(root).execute("SELECT count(*) FROM completions").fetchone() == (2,)
+
+
+def test_connect_to_a_missing_store_fails_clearly(tmp_path):
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        connect(tmp_path / "nope")
+
+
+@pytest.mark.parametrize("table", list(TABLES))
+def test_scan_matches_sql(tmp_path, table):
+    fill(tmp_path)
+    frame = scan(tmp_path, table).collect()
+    assert frame.columns == TABLES[table].names
+    sql = connect(tmp_path).sql(f"SELECT * FROM {table}").pl()
+    assert frame.sort("session_id").to_dicts() == sql.sort("session_id").to_dicts()
+
+
+@pytest.mark.parametrize("table", list(TABLES))
+def test_scan_of_an_empty_table_has_the_schema(root, table):
+    StoreWriter(root).close()
+    frame = scan(root, table).collect()
+    assert frame.height == 0 and frame.columns == TABLES[table].names
+
+
+def test_temp_files_are_invisible_to_readers(root):
+    with StoreWriter(root) as w:
+        w.record_completion(completion())
+    directory = session_dir(root, "completions", "s1")
+    (directory / ".00000001-x.parquet.deadbeef.tmp").write_bytes(b"PAR1 half a file")
+    assert connect(root).execute("SELECT count(*) FROM completions").fetchone() == (1,)
+    assert scan(root, "completions").collect().height == 1
+    assert table_files(root, "completions") == list(directory.glob("0*.parquet"))
+
+
+def test_scan_rejects_unknown_tables(root):
+    with pytest.raises(ValueError, match="unknown table"):
+        scan(root, "nope")

@@ -1,0 +1,168 @@
+import os
+import shutil
+import threading
+import time
+
+import duckdb
+import pyarrow.parquet as pq
+import pytest
+from store_rows import completion, snapshot
+
+from store import StoreWriter, connect, scan
+from store.compaction import compact_session, compact_store, live_files
+from store.files import write_parquet_atomic
+from store.paths import session_dir
+from store.tables import rows_to_table
+
+
+def names(root, sid="s1"):
+    return sorted(p.name for p in session_dir(root, "completions", sid).glob("*.parquet"))
+
+
+def seqs(root, sid="s1"):
+    sql = "SELECT seq FROM completions WHERE session_id = ? ORDER BY seq"
+    return [r[0] for r in connect(root).execute(sql, [sid]).fetchall()]
+
+
+def record(writer, count, sid="s1"):
+    stored = [writer.record_completion(completion(sid, prompt_token_ids=[i, i + 1])) for i in range(count)]
+    writer.flush()
+    return stored
+
+
+def test_compaction_keeps_every_row_in_order(writer, root):
+    stored = record(writer, 7)
+    assert compact_session(root, "s1") == 7
+    assert names(root) == ["part-7.parquet"]
+    part = pq.read_table(session_dir(root, "completions", "s1") / "part-7.parquet").to_pylist()
+    assert part == stored
+
+
+def test_compaction_is_idempotent(writer, root):
+    record(writer, 3)
+    compact_session(root, "s1")
+    before = snapshot(root)
+    assert compact_session(root, "s1") == 0
+    assert snapshot(root) == before
+
+
+def test_compaction_folds_the_old_part_into_the_new_one(writer, root):
+    record(writer, 3)
+    compact_session(root, "s1")
+    record(writer, 2)
+    assert [n[:9] for n in names(root)] == ["00000003-", "00000004-", "part-3.pa"]
+    assert compact_session(root, "s1") == 2
+    assert names(root) == ["part-5.parquet"]
+    assert seqs(root) == [0, 1, 2, 3, 4]
+
+
+def test_compaction_stops_at_a_gap(writer, root):
+    record(writer, 4)
+    directory = session_dir(root, "completions", "s1")
+    held = next(directory.glob("00000002-*.parquet"))
+    held.rename(directory / f".{held.name}.in-flight.tmp")  # seq 2 is still being written
+    assert compact_session(root, "s1") == 2
+    assert names(root)[-1] == "part-2.parquet" and names(root)[0].startswith("00000003-")
+    assert seqs(root) == [0, 1, 3]
+    (directory / f".{held.name}.in-flight.tmp").rename(held)
+    assert seqs(root) == [0, 1, 2, 3]
+    assert compact_session(root, "s1") == 2 and names(root) == ["part-4.parquet"]
+
+
+def crash_after_rename(writer, root):
+    """The state a crash leaves between writing part-5 and deleting what it merged (and an older part)."""
+    record(writer, 3)
+    compact_session(root, "s1")  # part-3
+    record(writer, 2)
+    directory = session_dir(root, "completions", "s1")
+    saved = root.parent / "saved"
+    shutil.copytree(directory, saved)
+    compact_session(root, "s1")  # part-5
+    for path in saved.glob("*.parquet"):
+        shutil.copy(path, directory / path.name)
+    return directory
+
+
+def test_readers_are_right_after_a_crash_between_part_and_deletes(writer, root):
+    directory = crash_after_rename(writer, root)
+    assert names(root)[-2:] == ["part-3.parquet", "part-5.parquet"] and len(names(root)) == 4
+    assert seqs(root) == [0, 1, 2, 3, 4]
+    assert scan(root, "completions").select("seq").collect()["seq"].sort().to_list() == [0, 1, 2, 3, 4]
+    assert [p.name for p in live_files(directory)] == ["part-5.parquet"]
+    assert writer.record_completion(completion())["seq"] == 5
+    assert compact_session(root, "s1") == 1
+    assert names(root) == ["part-6.parquet"] and seqs(root) == list(range(6))
+
+
+def test_a_new_writer_continues_after_a_crash_state(writer, root):
+    crash_after_rename(writer, root)
+    writer.close()
+    with StoreWriter(root) as again:
+        assert again.record_completion(completion())["seq"] == 5
+
+
+def test_appends_during_compaction_are_never_lost_or_doubled(writer, root):
+    stop, errors, observed = threading.Event(), [], []
+
+    def append():
+        for i in range(60):
+            writer.record_completion(completion(prompt_token_ids=[i]))
+        stop.set()
+
+    def compact():
+        while not stop.is_set():
+            compact_session(root, "s1")
+
+    def read():
+        con = connect(root)
+        while not stop.is_set():
+            try:
+                got = [r[0] for r in con.execute("SELECT seq FROM completions").fetchall()]
+            except duckdb.IOException:  # a file deleted between listing and opening: retry
+                continue
+            observed.append(got)
+            if sorted(got) != list(range(len(got))):
+                errors.append(sorted(got))
+
+    threads = [threading.Thread(target=f) for f in (append, compact, read)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    compact_session(root, "s1")
+    assert errors == []
+    assert len(observed) > 0
+    assert seqs(root) == list(range(60))
+    assert names(root) == ["part-60.parquet"]
+
+
+def test_compaction_refuses_inputs_that_do_not_line_up(writer, root):
+    record(writer, 2)
+    directory = session_dir(root, "completions", "s1")
+    write_parquet_atomic(directory / "00000002-odd.parquet", rows_to_table("completions", [
+        completion(seq=7, completion_id="odd")]))
+    before = names(root)
+    with pytest.raises(RuntimeError, match="seqs"):
+        compact_session(root, "s1")
+    assert names(root) == before
+
+
+def test_stale_temp_files_are_swept_and_fresh_ones_kept(writer, root):
+    record(writer, 1)
+    directory = session_dir(root, "completions", "s1")
+    old, fresh = directory / ".a.parquet.1.tmp", directory / ".b.parquet.2.tmp"
+    old.write_bytes(b"partial")
+    fresh.write_bytes(b"partial")
+    os.utime(old, (time.time() - 7200, time.time() - 7200))
+    compact_session(root, "s1")
+    assert not old.exists() and fresh.exists()
+    assert seqs(root) == [0]
+
+
+def test_compact_store_reports_what_it_merged(writer, root):
+    assert compact_store(root) == {}
+    record(writer, 2, "a")
+    record(writer, 3, "b")
+    assert compact_store(root) == {"a": 2, "b": 3}
+    assert compact_store(root) == {}
+    assert compact_session(root, "never-seen") == 0

@@ -1,0 +1,68 @@
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from store.files import (
+    StoreError,
+    check_store,
+    read_parquet,
+    read_version,
+    storage_schema,
+    write_parquet_atomic,
+)
+from store.schema import SCHEMA_VERSION, SESSIONS
+from store.tables import rows_to_table
+
+
+def test_atomic_write_leaves_one_complete_file(tmp_path):
+    path = tmp_path / "a" / "b" / "x.parquet"
+    table = rows_to_table("sessions", [{"session_id": "s1", "completions": 3}])
+    write_parquet_atomic(path, table)
+    assert sorted(p.name for p in path.parent.iterdir()) == ["x.parquet"]
+    assert pq.read_table(path).equals(table)
+
+
+def test_rewrite_replaces_the_file_whole(tmp_path):
+    path = tmp_path / "x.parquet"
+    for count in (1, 2):
+        write_parquet_atomic(path, rows_to_table("sessions", [{"session_id": "s1", "completions": count}]))
+    assert pq.read_table(path).column("completions").to_pylist() == [2]
+
+
+def test_failed_write_leaves_neither_temp_nor_final_file(tmp_path):
+    union = pa.UnionArray.from_dense(pa.array([0], pa.int8()), pa.array([0], pa.int32()), [pa.array([1])])
+    unwritable = pa.table({"u": union})  # Parquet has no union type: the write fails midway
+    with pytest.raises(pa.ArrowException):
+        write_parquet_atomic(tmp_path / "x.parquet", unwritable)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_read_parquet_casts_to_the_store_schema_and_handles_no_files(tmp_path):
+    assert read_parquet([], SESSIONS).schema == storage_schema(SESSIONS)
+    path = tmp_path / "s.parquet"
+    write_parquet_atomic(path, rows_to_table("sessions", [{"session_id": "s1"}]))
+    table = read_parquet([path, path], SESSIONS, ["session_id", "completions"])
+    assert table.to_pylist() == [{"session_id": "s1", "completions": None}] * 2
+
+
+def test_storage_schema_drops_docs_only():
+    stored = storage_schema(SESSIONS)
+    assert stored.names == SESSIONS.names and stored.types == SESSIONS.types
+    assert all(field.metadata is None for field in stored)
+
+
+@pytest.mark.parametrize("version_text, error", [(None, "no VERSION"), ("x\n", "not a schema version"),
+                                                 (f"{SCHEMA_VERSION + 1}\n", "schema version")])
+def test_check_store_explains_what_is_wrong(tmp_path, version_text, error):
+    if version_text is not None:
+        (tmp_path / "VERSION").write_text(version_text)
+    with pytest.raises(StoreError, match=error):
+        check_store(tmp_path)
+
+
+def test_check_store_accepts_a_store_and_refuses_a_missing_dir(tmp_path):
+    (tmp_path / "VERSION").write_text(f"{SCHEMA_VERSION}\n")
+    assert check_store(tmp_path) == tmp_path
+    assert read_version(tmp_path) == SCHEMA_VERSION
+    with pytest.raises(StoreError, match="does not exist"):
+        check_store(tmp_path / "missing")

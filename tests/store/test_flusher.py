@@ -1,0 +1,45 @@
+import threading
+
+from store.flusher import Flusher
+
+
+def test_every_submitted_key_is_saved_and_repeats_coalesce():
+    saved, gate = [], threading.Event()
+
+    def save(key):
+        gate.wait()
+        saved.append(key)
+
+    flusher = Flusher(save)
+    for key in ["a", "b", "a", "a", "b"]:
+        flusher.submit(key)
+    gate.set()
+    flusher.flush()
+    assert sorted(set(saved)) == ["a", "b"] and len(saved) <= 4
+    flusher.close()
+
+
+def test_close_runs_what_is_pending_and_later_submits_run_inline():
+    saved = []
+    flusher = Flusher(saved.append)
+    flusher.submit(1)
+    flusher.close()
+    assert saved == [1]
+    flusher.submit(2)
+    assert saved == [1, 2]
+
+
+def test_a_failing_save_does_not_stop_later_saves():
+    saved = []
+
+    def save(key):
+        if key == "bad":
+            raise OSError("disk full")
+        saved.append(key)
+
+    flusher = Flusher(save)
+    flusher.submit("bad")
+    flusher.flush()
+    flusher.submit("good")
+    flusher.close()
+    assert saved == ["good"]

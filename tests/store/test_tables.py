@@ -1,0 +1,58 @@
+import pyarrow.parquet as pq
+import pytest
+from store_rows import snapshot
+
+from store import write_session_table
+from store.tables import rows_to_table
+
+
+def test_rewards_land_in_their_partition(tmp_path):
+    path = write_session_table(tmp_path, "rewards", "s1", [{"evaluator": "e", "reward": 0.5}], "e.parquet")
+    assert path == tmp_path / "rewards" / "session_id=s1" / "e.parquet"
+    expected = {"session_id": "s1", "evaluator": "e", "reward": 0.5, "trace_rewards": None,
+                "details_json": None, "created_at": None}
+    assert pq.read_table(path).to_pylist() == [expected]
+
+
+def test_trajectories_fill_session_and_builder(tmp_path):
+    rows = [{"trace_index": i, "response_token_ids": [i]} for i in range(3)]
+    path = write_session_table(tmp_path, "trajectories", "s1", rows, "p.parquet", builder="prefix_merging")
+    assert path == tmp_path / "trajectories" / "builder=prefix_merging" / "session_id=s1" / "p.parquet"
+    table = pq.read_table(path)
+    assert set(table.column("builder").to_pylist()) == {"prefix_merging"}
+    assert table.column("trace_index").to_pylist() == [0, 1, 2]
+
+
+def test_rewrite_replaces_the_file(tmp_path):
+    for reward in (0.0, 1.0):
+        row = {"evaluator": "e", "reward": reward}
+        path = write_session_table(tmp_path, "rewards", "s1", [row], "e.parquet")
+    assert pq.read_table(path).column("reward").to_pylist() == [1.0]
+
+
+BAD = [
+    ("completions", "s1", [{}], "x.parquet", None, "rewards or trajectories"),
+    ("rewards", "../s", [{"evaluator": "e"}], "e.parquet", None, "session id"),
+    ("rewards", "s1", [{"evaluator": "e"}], "../e.parquet", None, "file name"),
+    ("rewards", "s1", [{"evaluator": "e"}], ".e.parquet", None, "file name"),
+    ("rewards", "s1", [{"evaluator": "e"}], "e.json", None, "file name"),
+    ("rewards", "s1", [{"session_id": "s2", "evaluator": "e"}], "e.parquet", None, "does not belong"),
+    ("rewards", "s1", [{"evaluator": "e", "score": 1}], "e.parquet", None, "unknown rewards column"),
+    ("rewards", "s1", [{"evaluator": "e", "reward": "high"}], "e.parquet", None, "column reward"),
+    ("rewards", "s1", [{"reward": 1.0}], "e.parquet", None, "evaluator must not be null"),
+    ("trajectories", "s1", [{"trace_index": 0}], "p.parquet", None, "builder"),
+    ("trajectories", "s1", [{"trace_index": 0}], "p.parquet", "a/b", "builder"),
+    ("trajectories", "s1", [{"trace_index": 0, "builder": "x"}], "p.parquet", "y", "does not belong"),
+]
+
+
+@pytest.mark.parametrize("table, sid, rows, filename, builder, error", BAD)
+def test_bad_input_writes_nothing(tmp_path, table, sid, rows, filename, builder, error):
+    with pytest.raises(ValueError, match=error):
+        write_session_table(tmp_path, table, sid, rows, filename, builder=builder)
+    assert snapshot(tmp_path) == {}
+
+
+def test_rows_to_table_fills_missing_columns_with_null():
+    table = rows_to_table("sessions", [{"session_id": "s1"}])
+    assert table.num_rows == 1 and table.column("completions").to_pylist() == [None]

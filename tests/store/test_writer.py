@@ -1,0 +1,220 @@
+import json
+import re
+import shutil
+import threading
+from collections import defaultdict
+from datetime import UTC, datetime
+
+import pyarrow.parquet as pq
+import pytest
+from store_rows import completion, snapshot
+
+from store import InvalidSessionId, StoreWriter, connect
+from store.files import StoreError, storage_schema
+from store.paths import session_dir, session_file
+from store.schema import COMPLETIONS, SCHEMA_VERSION
+
+
+def session_row(root, sid="s1"):
+    return pq.read_table(session_file(root, sid)).to_pylist()[0]
+
+
+def test_open_creates_layout_and_version(root):
+    with StoreWriter(root):
+        pass
+    assert (root / "VERSION").read_text().strip() == str(SCHEMA_VERSION)
+    assert {"completions", "sessions", "rewards", "trajectories"} <= {p.name for p in root.iterdir()}
+
+
+def test_newer_store_is_refused(root):
+    root.mkdir()
+    (root / "VERSION").write_text(f"{SCHEMA_VERSION + 1}\n")
+    with pytest.raises(StoreError, match="schema version"):
+        StoreWriter(root)
+
+
+def test_second_writer_on_one_store_is_refused(writer, root):
+    with pytest.raises(StoreError, match="already open"):
+        StoreWriter(root)
+
+
+def test_record_fills_ids_and_writes_one_complete_file(writer, root):
+    stored = writer.record_completion(completion(created_at=datetime(2026, 1, 1, tzinfo=UTC)))
+    assert stored["seq"] == 0 and re.fullmatch(r"cmpl-[0-9a-f]{24}", stored["completion_id"])
+    assert stored["finished_at"].tzinfo is not None and set(stored) == set(COMPLETIONS.names)
+    files = list(session_dir(root, "completions", "s1").glob("*.parquet"))
+    assert [f.name for f in files] == [f"00000000-{stored['completion_id']}.parquet"]
+    table = pq.read_table(files[0])
+    assert table.schema.equals(storage_schema(COMPLETIONS))
+    assert table.to_pylist() == [stored]
+
+
+def test_every_file_is_complete_and_no_temp_is_left(writer, root):
+    for i in range(20):
+        writer.record_completion(completion(f"s{i % 3}", completion_id=f"c-{i}"))
+    writer.flush()
+    files = [p for p in root.rglob("*") if p.is_file() and p.name not in ("VERSION",)]
+    assert not [p for p in files if p.name.endswith(".tmp")]
+    data = [p for p in files if p.suffix == ".parquet"]
+    assert len(data) == 20 + 3
+    assert all(pq.read_table(p).num_rows == 1 for p in data)
+
+
+def test_given_completion_id_is_kept_and_checked(writer, root):
+    assert writer.record_completion(completion(completion_id="chatcmpl-x1"))["completion_id"] == "chatcmpl-x1"
+    with pytest.raises(ValueError, match="completion id"):
+        writer.record_completion(completion(completion_id="../../etc"))
+
+
+@pytest.mark.parametrize("sid", ["../x", "a/b", "", "a" * 129, ".hidden", None])
+def test_invalid_session_id_is_rejected_before_touching_disk(writer, root, sid):
+    writer.record_completion(completion("ok-session"))
+    writer.flush()
+    before = snapshot(root)
+    with pytest.raises(InvalidSessionId):
+        writer.record_completion(completion(sid))
+    with pytest.raises(InvalidSessionId):
+        writer.register_session(sid, task_id="t")
+    assert snapshot(root) == before
+
+
+@pytest.mark.parametrize("change, error", [({"status": "great"}, "status"), ({"colour": "red"}, "unknown"),
+                                           ({"prompt_token_ids": "not a list"}, "column prompt_token_ids")])
+def test_bad_rows_write_nothing(writer, root, change, error):
+    writer.record_completion(completion())
+    writer.flush()
+    before = snapshot(root)
+    with pytest.raises(ValueError, match=error):
+        writer.record_completion({**completion(), **change})
+    assert snapshot(root) == before
+    assert writer.record_completion(completion())["seq"] == 1
+
+
+def test_seq_continues_after_reopen_and_compaction(root):
+    with StoreWriter(root) as w:
+        for _ in range(3):
+            w.record_completion(completion())
+        w.close_session("s1")
+        w.record_completion(completion())
+    with StoreWriter(root) as w:
+        assert w.record_completion(completion())["seq"] == 4
+        assert w.record_completion(completion("new"))["seq"] == 0
+    rows = connect(root).execute("SELECT seq FROM completions WHERE session_id = 's1' ORDER BY seq")
+    assert [r[0] for r in rows.fetchall()] == [0, 1, 2, 3, 4]
+
+
+def test_concurrent_writers_never_mix_sessions(writer, root):
+    sessions, per_thread, threads = ["a", "b", "c"], 15, 6
+
+    def work(t):
+        for i in range(per_thread):
+            sid = sessions[(t + i) % len(sessions)]
+            writer.record_completion(completion(sid, metadata_json=json.dumps({"sid": sid, "t": t, "i": i})))
+
+    pool = [threading.Thread(target=work, args=(t,)) for t in range(threads)]
+    for thread in pool:
+        thread.start()
+    for thread in pool:
+        thread.join()
+    writer.flush()
+    sql = "SELECT session_id, seq, completion_id, metadata_json FROM completions"
+    rows = connect(root).execute(sql).fetchall()
+    assert len(rows) == threads * per_thread
+    seqs = defaultdict(list)
+    for sid, seq, _, metadata in rows:
+        assert json.loads(metadata)["sid"] == sid
+        seqs[sid].append(seq)
+    assert all(sorted(s) == list(range(len(s))) for s in seqs.values())
+    assert len({r[2] for r in rows}) == len(rows)
+    assert sum(session_row(root, sid)["completions"] for sid in sessions) == len(rows)
+
+
+def test_session_row_sums_ok_calls_and_counts_failures(writer, root):
+    writer.record_completion(completion(task_id="", metadata_json='{"harness": "codex"}'))
+    writer.record_completion(completion(status="upstream_error", http_status=503, prompt_tokens=99,
+                                        chat_response_json='{"error": "overloaded"}'))
+    writer.record_completion(completion(task_id="task-1", prompt_tokens=10, completion_tokens=5))
+    writer.record_completion(completion(status="timeout", http_status=504))
+    writer.record_completion(completion(status="upstream_error", http_status=502, task_id="task-2"))
+    writer.record_completion(completion(status="client_error", http_status=400))
+    writer.flush()
+    row = session_row(root)
+    assert (row["task_id"], row["harness"], row["status"]) == ("task-1", "codex", "open")
+    assert (row["completions"], row["prompt_tokens"], row["completion_tokens"]) == (6, 13, 7)
+    assert json.loads(row["upstream_failures_json"]) == {"http_503": 1, "timeout": 1, "transport": 1,
+                                                         "last_at": 5, "last_kind": "transport"}
+    assert row["started_at"] <= row["ended_at"]
+
+
+ERR, BODY = {"status": "upstream_error"}, {"chat_response_json": "{}"}
+
+
+def said(kind):
+    return {"metadata_json": json.dumps({"upstream_failure": kind})}
+
+
+FAILURES = [
+    ({**ERR, "http_status": 500, **BODY}, "http_500"),
+    ({**ERR, "http_status": 502}, "transport"),
+    ({**ERR, "http_status": 502, **said("http")}, "http_502"),
+    ({**ERR, "http_status": 502, **BODY, **said("unreachable")}, "transport"),
+    ({"status": "timeout", "http_status": 504}, "timeout"),
+    ({**ERR, "http_status": 504, **said("timeout")}, "timeout"),
+]
+
+
+@pytest.mark.parametrize("columns, kind", FAILURES)
+def test_failure_kinds(writer, root, columns, kind):
+    writer.record_completion(completion(**columns))
+    writer.flush()
+    failures = json.loads(session_row(root)["upstream_failures_json"])
+    assert failures == {kind: 1, "last_at": 1, "last_kind": kind}
+
+
+def test_register_then_record_then_close(writer, root):
+    writer.register_session("s1", task_id="t1", harness="claude_code", metadata={"sample": 2})
+    assert session_row(root)["completions"] == 0
+    writer.record_completion(completion(task_id="other", metadata_json='{"harness": "codex"}'))
+    closed = writer.close_session("s1")
+    row = session_row(root)
+    assert row == closed
+    assert (row["task_id"], row["harness"], row["status"]) == ("t1", "claude_code", "closed")
+    assert row["completions"] == 1
+    assert json.loads(row["metadata_json"]) == {"sample": 2}
+    assert [p.name for p in session_dir(root, "completions", "s1").glob("*.parquet")] == ["part-1.parquet"]
+    writer.record_completion(completion())
+    writer.flush()
+    assert session_row(root)["status"] == "open"
+
+
+def test_stale_session_row_is_recounted_on_load(root):
+    with StoreWriter(root) as w:
+        w.record_completion(completion(task_id="t"))
+        w.flush()
+        shutil.copy(session_file(root, "s1"), root / "old-row")
+        w.record_completion(completion(status="timeout"))
+        w.record_completion(completion(prompt_tokens=7))
+    shutil.copy(root / "old-row", session_file(root, "s1"))  # as if the last row writes were lost
+    with StoreWriter(root) as w:
+        w.record_completion(completion())
+    row = session_row(root)
+    assert (row["completions"], row["prompt_tokens"], row["task_id"]) == (4, 3 + 7 + 3, "t")
+    assert json.loads(row["upstream_failures_json"])["timeout"] == 1
+
+
+def test_compact_idle_only_touches_idle_sessions_with_new_files(writer, root):
+    writer.record_completion(completion("a"))
+    writer.record_completion(completion("b"))
+    assert writer.compact_idle(3600) == []
+    assert sorted(writer.compact_idle(0)) == ["a", "b"]
+    assert writer.compact_idle(0) == []
+    assert [p.name for p in session_dir(root, "completions", "a").glob("*.parquet")] == ["part-1.parquet"]
+
+
+def test_closed_writer_refuses_writes(root):
+    w = StoreWriter(root)
+    w.close()
+    with pytest.raises(StoreError, match="closed"):
+        w.record_completion(completion())
+    with StoreWriter(root):  # the store is free again
+        pass

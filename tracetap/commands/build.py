@@ -1,0 +1,59 @@
+"""`tracetap build`: rebuild training traces from a store's completions."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+
+BUILDER_NAMES = ("per_request", "prefix_merging")
+
+
+def _summary_lines(summary: dict) -> list[str]:
+    breaks = ", ".join(f"{reason} {count}" for reason, count in sorted(summary["break_reasons"].items()))
+    not_trainable = summary["not_trainable"]
+    return [
+        f"builder         {summary['builder']}",
+        f"sessions        {summary['sessions']}",
+        f"traces          {summary['traces']}",
+        f"chains          {summary['chains']}",
+        f"segments        {summary['segments']}",
+        f"breaks          {sum(summary['break_reasons'].values())}" + (f" ({breaks})" if breaks else ""),
+        f"retries         {summary['retries']}",
+        f"drift tokens    {summary['drift_tokens']}",
+        f"not trainable   {len(not_trainable)}" + (f" ({', '.join(not_trainable)})" if not_trainable else ""),
+    ]
+
+
+@click.command("build")
+@click.option("--store", "store_dir", required=True, type=click.Path(file_okay=False, path_type=Path),
+              help="Store directory.")
+@click.option("--builder", required=True, type=click.Choice(BUILDER_NAMES),
+              help="per_request: one trace per call; prefix_merging: one trace per chain segment.")
+@click.option("--session", "sessions", multiple=True, metavar="SID",
+              help="Build only this session (repeatable). Default: every session.")
+@click.option("--eot-id", type=click.IntRange(min=0), default=None,
+              help="End-of-turn token id (default: detected from naturally stopped calls).")
+@click.option("--json", "as_json", is_flag=True, help="Print the summary (with per-session stats) as JSON.")
+def command(store_dir: Path, builder: str, sessions: tuple[str, ...], eot_id: int | None,
+            as_json: bool) -> None:
+    """Build trajectories into STORE/trajectories/builder=<name>/.
+
+    Example: tracetap build --store ./store --builder prefix_merging
+    """
+    from builders import build, list_sessions
+    from store.files import StoreError
+
+    try:
+        wanted = list(sessions) or list_sessions(store_dir)
+        stderr = click.get_text_stream("stderr")
+        with click.progressbar(length=len(wanted), label=f"building {builder}", file=stderr,
+                               show_pos=True) as bar:
+            summary = build(store_dir, builder, wanted, eot_id=eot_id, progress=lambda _sid: bar.update(1))
+    except (StoreError, ValueError) as exc:
+        raise click.ClickException(str(exc)) from None
+    if as_json:
+        click.echo(json.dumps(summary.to_dict(), indent=2))
+    else:
+        click.echo("\n".join(_summary_lines(summary.to_dict())))

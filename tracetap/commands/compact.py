@@ -1,0 +1,42 @@
+"""`tracetap compact`: merge per-completion files into part files (the gateway also does it on close)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+
+from store.compaction import compact_session, compact_store
+from store.paths import InvalidSessionId, session_dir
+from tracetap.common import store_option
+
+
+def _compact_one(root: Path, session_id: str) -> int:
+    try:
+        directory = session_dir(root, "completions", session_id)
+    except InvalidSessionId as error:
+        raise click.BadParameter(str(error), param_hint="--session") from None
+    if not directory.is_dir():
+        raise click.ClickException(f"session {session_id!r} has no completions in {root}")
+    return compact_session(root, session_id)
+
+
+@click.command()
+@store_option
+@click.option("--session", "session_id", help="Compact only this session.")
+@click.option("--json", "json_", is_flag=True, help="Print {session: files merged} as JSON.")
+def command(store: Path, session_id: str | None, json_: bool) -> None:
+    """Merge each session's per-completion files into one part file.
+
+    Safe while a gateway is recording into the store: readers never see a row twice or miss one.
+
+    Example: tracetap compact --store ./store --session run-1
+    """
+    merged = compact_store(store) if session_id is None else {session_id: _compact_one(store, session_id)}
+    if json_:
+        click.echo(json.dumps(merged))
+        return
+    for sid, count in merged.items():
+        click.echo(f"{sid}: merged {count} file{'s' if count != 1 else ''}")
+    click.echo(f"compacted {sum(1 for c in merged.values() if c)} session(s)")

@@ -1,0 +1,55 @@
+"""`tracetap export`: a builder's trajectories with rewards joined, as a training dataset."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import sys
+from pathlib import Path
+
+import click
+
+from builders.exports import FORMATS
+from tracetap.common import store_option
+
+
+@click.command()
+@store_option
+@click.option("--builder", required=True, help="Trajectories to export (per_request, prefix_merging).")
+@click.option("--format", "fmt", required=True, type=click.Choice(FORMATS),
+              help="parquet (canonical), jsonl, slime, verl, or atif (a directory, one JSON per session).")
+@click.option("--out", required=True, type=click.Path(path_type=Path), help="Output file (atif: directory).")
+@click.option("--max-tokens", type=click.IntRange(min=1),
+              help="Token budget: clip responses to fit; a trace whose prompt fills it is dropped.")
+@click.option("--evaluator", help="Join this evaluator's rewards (its stored name, e.g. test_on_output).")
+@click.option("--force", is_flag=True, help="Replace --out if it exists.")
+@click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
+def command(store: Path, builder: str, fmt: str, out: Path, max_tokens: int | None, evaluator: str | None,
+            force: bool, as_json: bool) -> None:
+    """Write a training dataset with rewards joined: one row per trace.
+
+    With --format atif, --out is a directory with one ATIF JSON document per session.
+
+    Outputs are written to a temp name and renamed into place when complete.
+
+    Example: tracetap export --store runs --builder prefix_merging --format parquet
+    --out train.parquet --evaluator test_on_output --max-tokens 32768
+    """
+    from builders.export_writers import OutputExists
+    from builders.exports import ExportError, export, trajectory_sessions
+
+    try:
+        total = len(trajectory_sessions(store, builder))
+        err = sys.stderr  # looked up now: click's runner swaps it
+        with click.progressbar(length=total, label=f"exporting {fmt}", file=err) as bar:
+            summary = export(store, builder, fmt, out, max_tokens=max_tokens, evaluator=evaluator,
+                             force=force, on_session=lambda _sid: bar.update(1))
+    except (ExportError, OutputExists, ValueError) as error:
+        raise click.ClickException(str(error)) from None
+    if as_json:
+        click.echo(json.dumps(dataclasses.asdict(summary), indent=2))
+        return
+    click.echo(f"wrote {summary.written} trace(s) of {summary.sessions} session(s) to {summary.out}")
+    click.echo(f"  clipped to the budget: {summary.clipped}; dropped (prompt over budget): "
+               f"{summary.dropped_over_budget}")
+    click.echo(f"  error traces: {summary.error_traces}; traces without reward: {summary.unrewarded_traces}")

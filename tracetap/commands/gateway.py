@@ -1,0 +1,80 @@
+"""`tracetap gateway`: record every model call of a harness, in front of vLLM, SGLang or our engine."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import click
+
+LOCAL = "local"
+
+
+def _listen(ctx: click.Context, param: click.Parameter, value: str) -> tuple[str, int]:
+    host, sep, port = value.rpartition(":")
+    if not sep or not host or not port.isdigit() or int(port) > 65535:
+        raise click.BadParameter(f"expected HOST:PORT, got {value!r}")
+    return host, int(port)
+
+
+@click.command("gateway")
+@click.option("--store", required=True, type=click.Path(file_okay=False, path_type=Path),
+              help="Store directory (created when missing).")
+@click.option("--listen", default="127.0.0.1:8787", show_default=True, callback=_listen,
+              help="HOST:PORT to serve on (port 0 picks a free one).")
+@click.option("--upstream", default=LOCAL, show_default=True,
+              help="Engine base URL (vLLM/SGLang OpenAI server), or 'local' for the embedded engine.")
+@click.option("--upstream-kind", type=click.Choice(["vllm", "sglang"]), default="vllm", show_default=True)
+@click.option("--served-model", default=None, help="Model name the upstream serves (default: ask it).")
+@click.option("--script", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
+              help="Scripted mode for the embedded engine: JSONL of assistant messages per session.")
+@click.option("--timeout", type=click.FloatRange(min=0.1), default=600.0, show_default=True,
+              help="Seconds to wait for one upstream answer (then 504).")
+@click.option("--idle-compact", type=click.FloatRange(min=0), default=300.0, show_default=True,
+              help="Compact a session's files after this many idle seconds.")
+def command(store: Path, listen: tuple[str, int], upstream: str, upstream_kind: str, served_model: str | None,
+            script: Path | None, timeout: float, idle_compact: float) -> None:
+    """Run the gateway until Ctrl-C / SIGTERM.
+
+    Point a harness at the printed base URLs; every call is recorded in STORE at token level.
+
+    Example: tracetap gateway --store runs/store --script demo.jsonl
+    """
+    from capture.proxy import run_gateway
+    from engine.cache import home_dir
+
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    if script is not None and upstream != LOCAL:
+        raise click.UsageError("--script drives the embedded engine; it cannot be used with --upstream URL")
+    engine = _start_engine(script, served_model) if upstream == LOCAL else None
+    try:
+        url = engine.url if engine else upstream
+        run_gateway(store, *listen, url, upstream_kind, served_model, confdir=home_dir() / "mitmproxy",
+                    on_ready=lambda host, port: _announce(host, port, store, url, upstream_kind),
+                    timeout=timeout, idle_seconds=idle_compact)
+    finally:
+        if engine:
+            engine.stop()
+
+
+def _start_engine(script: Path | None, served_model: str | None):
+    from engine.script import ScriptError
+    from engine.server import EngineServer
+
+    kwargs = {"served_model": served_model} if served_model else {}
+    try:
+        return EngineServer("127.0.0.1", 0, script=script, **kwargs).start()
+    except ScriptError as exc:
+        raise click.BadParameter(str(exc), param_hint="--script") from None
+
+
+def _announce(host: str, port: int, store: Path, upstream: str, kind: str) -> None:
+    from capture.proxy import announce
+
+    root = f"http://{host}:{port}"
+    click.echo(f"recording into {store} (upstream {upstream}, {kind})")
+    click.echo(f"  OpenAI Chat / Responses base URL: {root}/v1")
+    click.echo(f"  Anthropic base URL:               {root}")
+    click.echo(f"  Gemini base URL:                  {root}")
+    click.echo(f"  close a session: POST {root}/sessions/<id>/close")
+    announce(host, port)

@@ -1,0 +1,38 @@
+"""`tracetap sessions`: one line per recorded session, with counts, tokens and status."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from store import connect
+from tracetap.common import echo_json, echo_table, store_option
+
+# sessions whose summary row is missing still show up, counted from their completions
+SESSIONS_SQL = """
+WITH calls AS (
+    SELECT session_id, count(*) FILTER (WHERE status = 'ok') AS ok,
+           count(*) FILTER (WHERE status <> 'ok') AS failed
+    FROM completions GROUP BY session_id
+)
+SELECT session_id AS session, s.task_id AS task, s.harness, s.status,
+       coalesce(s.completions, c.ok + c.failed) AS calls,
+       coalesce(c.ok, 0) AS ok, coalesce(c.failed, 0) AS failed,
+       s.prompt_tokens, s.completion_tokens, s.started_at AS started, s.ended_at AS ended
+FROM sessions AS s FULL OUTER JOIN calls AS c USING (session_id)
+ORDER BY started NULLS LAST, session
+"""
+
+
+@click.command()
+@store_option
+@click.option("--json", "json_", is_flag=True, help="Print a JSON list instead of a table.")
+def command(store: Path, json_: bool) -> None:
+    """List the store's sessions: calls, ok/failed, tokens, status.
+
+    Example: tracetap sessions --store ./store
+    """
+    result = connect(store).execute(SESSIONS_SQL)
+    columns, rows = [d[0] for d in result.description], result.fetchall()
+    (echo_json if json_ else echo_table)(columns, rows)

@@ -1,0 +1,93 @@
+"""`tracetap sql`: run SQL over the store's views, or read statements from stdin like a DuckDB shell."""
+
+from __future__ import annotations
+
+import sys
+from functools import cache
+from pathlib import Path
+
+import click
+
+from store import connect
+from tracetap.common import echo_json, echo_table, store_option
+
+PROMPT, MORE = "tracetap> ", "     ...> "
+
+
+@cache
+def _tokenizer():
+    from engine.tokenizer import load_tokenizer  # a second or two; only when decode() is used
+
+    return load_tokenizer()
+
+
+def decode(ids: list[int]) -> str:
+    """decode(ids) in SQL: the embedded engine's Qwen3 tokenizer, the one tracetap builds offline."""
+    return _tokenizer().decode(ids)
+
+
+def _run(con, sql: str, json_: bool) -> None:
+    """Run each statement of `sql` in turn, printing the result of those that return rows."""
+    import duckdb
+
+    try:
+        for statement in con.extract_statements(sql):
+            result = con.execute(statement)
+            if result.description:
+                (echo_json if json_ else echo_table)([d[0] for d in result.description], result.fetchall())
+    except duckdb.Error as error:
+        raise click.ClickException(str(error)) from None
+
+
+def _statements(stream, interactive: bool):
+    """Complete statements (ending in `;`) from `stream`; a last one without `;` counts at EOF."""
+    buffer: list[str] = []
+    while True:
+        if interactive:
+            click.echo(MORE if buffer else PROMPT, nl=False, err=True)
+        line = stream.readline()
+        if not line:
+            break
+        buffer.append(line)
+        text = "".join(buffer).strip()
+        if text.endswith(";") and _complete(text):
+            yield text
+            buffer = []
+    if "".join(buffer).strip():
+        yield "".join(buffer).strip()
+
+
+def _complete(text: str) -> bool:
+    """True when the `;` that ends `text` is not inside a quoted string."""
+    return text.count("'") % 2 == 0 and text.count('"') % 2 == 0
+
+
+def _shell(con, json_: bool) -> None:
+    failed = False
+    for statement in _statements(sys.stdin, sys.stdin.isatty()):
+        try:
+            _run(con, statement, json_)
+        except click.ClickException as error:
+            failed = True
+            click.echo(f"Error: {error.message}", err=True)
+    if failed:
+        sys.exit(1)
+
+
+@click.command()
+@store_option
+@click.argument("sql", required=False)
+@click.option("--json", "json_", is_flag=True, help="Print results as a JSON list instead of a table.")
+def command(store: Path, sql: str | None, json_: bool) -> None:
+    """Run SQL over the views completions, sessions, rewards, trajectories.
+
+    With no SQL, read statements (each ending in `;`) from stdin. decode(ids) turns token ids into
+    text with the embedded engine's tokenizer.
+
+    Example: tracetap sql --store ./store "SELECT session_id, count(*) FROM completions GROUP BY 1"
+    """
+    con = connect(store, decode=decode)
+    if sql is None:
+        _shell(con, json_)
+    else:
+        _run(con, sql, json_)

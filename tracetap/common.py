@@ -1,0 +1,86 @@
+"""Pieces every store-reading command shares: the `--store` option, aligned tables, JSON output."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from datetime import date, datetime
+from decimal import Decimal
+from pathlib import Path
+
+import click
+
+from store.files import StoreError, check_store
+
+MAX_CELL = 80
+
+
+def _check_store(ctx: click.Context, param: click.Parameter, value: Path) -> Path:
+    try:
+        return check_store(value)
+    except StoreError as error:
+        raise click.BadParameter(str(error), ctx, param) from None
+
+
+def store_option(function):
+    """`--store DIR`, required, checked to be an existing tracetap store (it has a VERSION file)."""
+    return click.option("--store", required=True, type=click.Path(path_type=Path), callback=_check_store,
+                        help="Store directory (as given to `tracetap gateway --store`).")(function)
+
+
+def _jsonable(value: object) -> object:
+    if isinstance(value, datetime | date):
+        return value.isoformat()
+    if isinstance(value, Decimal):
+        return float(value)
+    if isinstance(value, bytes):
+        return value.hex()
+    raise TypeError(f"cannot write {type(value).__name__} as JSON")
+
+
+def echo_json(columns: Sequence[str], rows: Sequence[Sequence]) -> None:
+    """Rows as a JSON list of objects, one key per column."""
+    records = [dict(zip(columns, row, strict=True)) for row in rows]
+    click.echo(json.dumps(records, default=_jsonable, ensure_ascii=False, indent=2))
+
+
+def _cell(value: object) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, datetime):
+        text = value.isoformat(sep=" ", timespec="seconds")
+    elif isinstance(value, float):
+        text = f"{value:.6g}"
+    else:
+        text = str(value)
+    text = text.replace("\n", "\\n")
+    return text if len(text) <= MAX_CELL else text[: MAX_CELL - 1] + "…"
+
+
+def echo_table(columns: Sequence[str], rows: Sequence[Sequence]) -> None:
+    """Rows as an aligned text table (numbers right-aligned, long cells cut at MAX_CELL)."""
+    cells = [[_cell(value) for value in row] for row in rows]
+    widths = [max([len(name), *(len(row[i]) for row in cells)]) for i, name in enumerate(columns)]
+    numeric = [bool(rows) and all(isinstance(row[i], int | float | Decimal) or row[i] is None for row in rows)
+               for i in range(len(columns))]
+
+    def line(values: Sequence[str]) -> str:
+        padded = [v.rjust(w) if n else v.ljust(w) for v, w, n in zip(values, widths, numeric, strict=True)]
+        return "  ".join(padded).rstrip()
+
+    click.echo(line(list(columns)))
+    click.echo("  ".join("-" * width for width in widths))
+    for row in cells:
+        click.echo(line(row))
+    click.echo(f"({len(rows)} row{'s' if len(rows) != 1 else ''})")
+
+
+def key_value_pairs(ctx: click.Context, param: click.Parameter, values: Sequence[str]) -> dict[str, str]:
+    """Click callback for repeated `KEY=VALUE` options: {KEY: VALUE} (the last one wins)."""
+    pairs = {}
+    for item in values:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise click.BadParameter(f"expected KEY=VALUE, got {item!r}", ctx, param)
+        pairs[key] = value
+    return pairs
