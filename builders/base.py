@@ -29,7 +29,7 @@ class Call:
     sampled: np.ndarray
     logprobs: np.ndarray | None  # aligned with `sampled`, else None
     finish_reason: str | None
-    visible: bool  # the harness got text or tool calls back (not only reasoning, not nothing)
+    empty_truncation: bool  # cut at `length` with no text or tool call for the harness to keep
 
 
 def _aligned_logprobs(row: dict, sampled: np.ndarray) -> np.ndarray | None:
@@ -45,9 +45,9 @@ def _visible(row: dict, sampled: np.ndarray) -> bool:
         return True
     try:
         message = json.loads(row.get("chat_response_json") or "null")["choices"][0]["message"]
-    except (TypeError, KeyError, IndexError, ValueError):
+        return bool(message.get("content")) or bool(message.get("tool_calls"))
+    except (TypeError, KeyError, IndexError, ValueError, AttributeError):  # no usable response body
         return len(sampled) > 0
-    return bool(message.get("content")) or bool(message.get("tool_calls"))
 
 
 def to_call(row: dict) -> Call | None:
@@ -58,7 +58,8 @@ def to_call(row: dict) -> Call | None:
     return Call(
         completion_id=row["completion_id"], seq=int(row["seq"]), prompt=ids(row["prompt_token_ids"]),
         sampled=sampled, logprobs=_aligned_logprobs(row, sampled),
-        finish_reason=row.get("finish_reason"), visible=_visible(row, sampled),
+        finish_reason=row.get("finish_reason"),
+        empty_truncation=row.get("finish_reason") == "length" and not _visible(row, sampled),
     )
 
 

@@ -76,10 +76,6 @@ class Segment:
         return self.turns[-1].prompt
 
 
-def _empty_truncation(call: Call) -> bool:
-    return call.finish_reason == "length" and not call.visible
-
-
 def _ends_turn(call: Call, eot: int) -> bool:
     return len(call.sampled) > 0 and call.sampled[-1] == eot
 
@@ -126,7 +122,7 @@ class Router:
         tip = segment.tip
         if is_prefix(tip, prompt):
             return len(tip), "retry" if len(tip) == len(prompt) else "extend"
-        if _empty_truncation(segment.turns[-1].call):
+        if segment.turns[-1].call.empty_truncation:
             stripped = strip_generation_prompt(tip)
             if len(stripped) < len(tip) and is_prefix(stripped, prompt):
                 return len(stripped), "drop"

@@ -53,6 +53,13 @@ class _Atomic:
             self.tmp.unlink(missing_ok=True)
 
 
+def _tokens(record: dict) -> int:
+    """Token ids a row holds (canonical: prompt + response; verl: input_ids), to bound row groups."""
+    if "input_ids" in record:
+        return len(record["input_ids"])
+    return len(record.get("prompt_token_ids") or ()) + len(record.get("response_token_ids") or ())
+
+
 def _fsync_file(path: Path) -> None:
     with open(path, "rb") as handle:
         os.fsync(handle.fileno())
@@ -70,7 +77,7 @@ class ParquetSink(_Atomic):
 
     def write(self, records: list[dict]) -> None:
         self.buffer.extend(records)
-        self.tokens += sum(len(r.get("prompt_token_ids") or r.get("input_ids") or []) for r in records)
+        self.tokens += sum(_tokens(record) for record in records)
         if len(self.buffer) >= ROW_GROUP_ROWS or self.tokens >= ROW_GROUP_TOKENS:
             self._flush()
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import duckdb
@@ -44,8 +44,8 @@ class ExportSummary:
     dropped_over_budget: int = 0
     clipped: int = 0
     error_traces: int = 0
+    not_trainable_traces: int = 0
     unrewarded_traces: int = 0
-    notes: list[str] = field(default_factory=list)
 
 
 def trajectory_sessions(root: Path, builder: str) -> dict[str, list[Path]]:
@@ -126,6 +126,7 @@ def _fit(summary: ExportSummary, rows: list[dict], max_tokens: int | None) -> li
             continue
         summary.clipped += fitted is not row
         summary.error_traces += fitted.get("status") == "error"
+        summary.not_trainable_traces += fitted.get("status") == "not_trainable"
         summary.unrewarded_traces += fitted.get("reward") is None
         kept.append(fitted)
     return kept

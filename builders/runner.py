@@ -124,7 +124,7 @@ def build(store_root: Path | str, builder: str, session_ids: Iterable[str] | Non
         raise ValueError(f"end-of-turn id must be a non-negative integer, got {eot_id!r}")
     root = check_store(store_root)
     known = list_sessions(root)
-    wanted = known if session_ids is None else [validate_session_id(sid) for sid in session_ids]
+    wanted = known if session_ids is None else list(dict.fromkeys(map(validate_session_id, session_ids)))
     missing = sorted(set(wanted) - set(known))
     if missing:
         raise ValueError(f"no completions recorded for session(s): {', '.join(missing)}")

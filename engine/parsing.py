@@ -20,6 +20,8 @@ def parse_reply(text: str, parse_tools: bool) -> dict[str, Any]:
     """`{content, reasoning, tool_calls}` for the generated text (tool_calls empty when none parsed)."""
     reasoning, rest = split_reasoning(text)
     content, calls = split_tool_calls(rest) if parse_tools else (rest, [])
+    if reasoning is not None and not content:
+        content = None  # all thought, no answer (yet)
     return {"content": content, "reasoning": reasoning, "tool_calls": calls}
 
 

@@ -79,6 +79,8 @@ def parse_chat(body: dict[str, Any], max_model_len: int) -> ChatRequest:
         raise EngineError(f"top_logprobs must be between 0 and {MAX_TOP_LOGPROBS}", param="top_logprobs")
     if top_logprobs and not logprobs:
         raise EngineError("when using `top_logprobs`, `logprobs` must be set to true.", param="top_logprobs")
+    if (_optional(body, "n", int) or 1) != 1:
+        raise EngineError("The embedded engine answers one choice per request (n=1).", param="n")
     stream_options = _optional(body, "stream_options", dict) or {}
     return ChatRequest(
         messages=messages,

@@ -49,11 +49,12 @@ class EngineServer:
         self.engine.model  # noqa: B018 - load now, so /health means ready
         self._httpd = ThreadingHTTPServer(self._address, _handler(self))
         self._httpd.daemon_threads = True
-        self._thread = threading.Thread(
-            target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05}, name="tracetap-engine", daemon=True,
-        )
+        self._thread = threading.Thread(target=self._serve, name="tracetap-engine", daemon=True)
         self._thread.start()
         return self
+
+    def _serve(self) -> None:
+        self._httpd.serve_forever(poll_interval=0.05)  # a short poll makes stop() quick
 
     def stop(self) -> None:
         if self._httpd is not None:

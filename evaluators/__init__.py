@@ -1,1 +1,8 @@
-"""evaluators package."""
+"""Evaluators score sessions into the store's `rewards` table.
+
+The contract and registry live in `evaluators.base`; `evaluators.runner` scores a store.
+"""
+
+from evaluators.base import EvalInput, EvalResult, Evaluator, EvaluatorError, create, resolve
+
+__all__ = ["EvalInput", "EvalResult", "Evaluator", "EvaluatorError", "create", "resolve"]

@@ -73,7 +73,7 @@ def session_data(con: duckdb.DuckDBPyConnection, sid: str, builder: str) -> tupl
 def _run(evaluator, inp: EvalInput) -> tuple[EvalResult | None, str | None]:
     try:
         result = evaluator.evaluate(inp)
-    except Exception as error:  # noqa: BLE001 - recorded in the rewards row, never swallowed
+    except Exception as error:  # recorded in the rewards row, never swallowed
         return None, f"{type(error).__name__}: {error}"
     if not isinstance(result, EvalResult):
         return None, f"evaluate() returned {type(result).__name__}, not EvalResult"

@@ -89,7 +89,10 @@ def run_command(command: str, cwd: Path, timeout: float) -> tuple[str, int | Non
         out, _ = proc.communicate(timeout=timeout)
         return out.decode(errors="replace"), proc.returncode, False
     except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:  # the group ended on its own just now
+            pass
         out, _ = proc.communicate()
         return out.decode(errors="replace"), None, True
 

@@ -8,12 +8,14 @@ DuckDB prepared-statement parameters, never pasted into the SQL text.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import duckdb
+if TYPE_CHECKING:
+    import duckdb
 
 QUERY_DIR = Path(__file__).parent
 NAME = re.compile(r"^[a-z][a-z0-9_]{0,63}$")
@@ -52,8 +54,8 @@ class NamedQuery:
 
 def _param(match: re.Match) -> QueryParam:
     name, type_, default, doc = match.groups()
-    spec = QueryParam(name, type_, None, doc.strip())
-    return QueryParam(name, type_, spec.convert(default.strip().strip("'")), doc.strip())
+    param = QueryParam(name, type_, None, doc.strip())
+    return dataclasses.replace(param, default=param.convert(default.strip().strip("'")))
 
 
 def parse_query(name: str, text: str) -> NamedQuery:

@@ -4,6 +4,7 @@
 """
 
 from store.catalog import connect, scan
+from store.files import StoreError
 from store.paths import InvalidSessionId, validate_session_id
 from store.schema import SCHEMA_VERSION
 from store.tables import write_session_table
@@ -12,6 +13,7 @@ from store.writer import StoreWriter
 __all__ = [
     "SCHEMA_VERSION",
     "InvalidSessionId",
+    "StoreError",
     "StoreWriter",
     "connect",
     "scan",

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
+from capture.upstream import TokenCapture, parse_chat_response, parse_chat_stream
 from tracetap.launch import GatewayProcess, free_port, start_gateway
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "vllm-0.32.0"
@@ -27,12 +28,21 @@ ERROR_FIXTURES = sorted(n for n in INDEX if n.startswith("error_"))
 ENGINE_READY = re.compile(r"tracetap engine serving \S+ at (http://\S+)")
 
 __all__ = ["FIXTURES", "CHAT_FIXTURES", "ERROR_FIXTURES", "GatewayProcess", "EngineProcess", "Plan",
-           "StubUpstream", "fixture_body", "fixture_request", "free_port", "start_engine", "start_gateway"]
+           "StubUpstream", "fixture_body", "fixture_capture", "fixture_request", "free_port", "start_engine",
+           "start_gateway"]
 
 
 def fixture_body(name: str) -> bytes:
     """The raw response body of a fixture (JSON or SSE), byte for byte."""
     return (FIXTURES / INDEX[name]["response_file"]).read_bytes()
+
+
+def fixture_capture(name: str) -> TokenCapture:
+    """What the gateway's parser reads from a fixture's body (a JSON answer or an SSE stream)."""
+    raw = fixture_body(name)
+    if raw.startswith(b"data:"):
+        return parse_chat_stream(raw.decode())
+    return parse_chat_response(json.loads(raw))
 
 
 def fixture_request(name: str) -> dict:

@@ -9,6 +9,7 @@ import pytest
 from tracestore import read_completions, read_traces
 
 from builders import build
+from tests import live
 from tracetap.agent import run_agent
 
 SCRIPT = [
@@ -16,15 +17,14 @@ SCRIPT = [
      "tool_calls": [{"function": {"name": "run_shell", "arguments": {"command": "ls"}}}]},
     {"content": None, "reasoning": "A note file would help.",
      "tool_calls": [{"function": {"name": "write_file", "arguments": {"path": "n.txt", "content": "hi\n"}}}]},
-    {"content": "Checking it.", "tool_calls": [{"function": {"name": "run_shell", "arguments": {"command": "cat n.txt"}}}]},
+    {"content": "Checking it.",
+     "tool_calls": [{"function": {"name": "run_shell", "arguments": {"command": "cat n.txt"}}}]},
     {"content": "Done: n.txt says hi."},
 ]
 
 
 @pytest.fixture(scope="module")
 def captured(tmp_path_factory, tracetap_home):
-    from tests import live
-
     root = tmp_path_factory.mktemp("captured")
     script = root / "script.jsonl"
     script.write_text("".join(json.dumps(line) + "\n" for line in SCRIPT))
@@ -49,18 +49,18 @@ def test_tool_using_session_merges_into_one_trace_with_no_break(captured):
         assert response[window] == call["completion_token_ids"] and set(mask[window]) == {1}
         assert logprobs[window] == pytest.approx(call["logprobs"])
     assert sum(mask) == sum(len(call["completion_token_ids"]) for call in calls)
-    assert stats["eot_source"] == "detected" and trace["status"] == "ok"
-    # each later prompt is the stream so far, up to where that call's sampled ids begin
+    assert (stats["eot_id"], stats["eot_source"], trace["status"]) == (151645, "detected", "ok")
+    # the template re-renders every scripted turn exactly as sampled (reasoning included), so each
+    # later prompt is the merged stream up to where that call's sampled ids begin
+    assert stats["drift_tokens"] == 0
     stream = trace["prompt_token_ids"] + response
     for span, call in zip(trace["metadata"]["spans"][1:], calls[1:], strict=True):
-        assert stream[:len(trace["prompt_token_ids"]) + span["start"]][:stats["drift_tokens"] and 0 or None] \
-            == call["prompt_token_ids"] or stats["drift_tokens"] > 0
+        assert stream[:len(trace["prompt_token_ids"]) + span["start"]] == call["prompt_token_ids"]
 
 
 def test_per_request_gives_one_trace_per_call(captured):
     summary = build(captured, "per_request")
     traces = read_traces(captured, "per_request", "sk-tap-live-1")
     assert summary.traces == len(traces) == len(SCRIPT)
-    merged = read_traces(captured, "prefix_merging", "sk-tap-live-1")
-    if merged:  # merging trains on far fewer tokens than one trace per call
-        assert len(merged[0]["response_token_ids"]) < sum(len(t["prompt_token_ids"]) for t in traces)
+    for trace in traces:
+        assert trace["loss_mask"] == [1] * len(trace["response_token_ids"]) and trace["response_logprobs"]

@@ -32,6 +32,8 @@ def turns(draw) -> dict:
         "rerendered": draw(st.booleans()),  # the template re-renders a token of the turn differently
         "logprobs": draw(st.booleans() | st.just(True)),
         "retried": draw(st.integers(0, 3)) == 0,
+        "keep_empty": draw(st.booleans()),  # a harness may keep an empty truncated turn, or drop it
+        "rewrite": draw(st.integers(0, 5)) == 0,  # then the harness edits an earlier message
         "reply": draw(st.lists(st.integers(10, 97), min_size=1, max_size=4)),
     }
 
@@ -43,7 +45,7 @@ def play(chat: Conversation, step: dict) -> list[dict]:
         rows.append(chat.ask([RETRY] * (len(step["content"]) + 1), keep=False))
     content = step["content"]
     canonical = [RERENDERED, *content[1:]] if step["rerendered"] and content else None
-    empty = step["finish"] == "length" and not content
+    empty = step["finish"] == "length" and not content and not step["keep_empty"]
     rows.append(chat.ask(content, step["finish"], keep=not empty, reasoning=step["reasoning"],
                          canonical=canonical, logprobs=step["logprobs"]))
     chat.say("tool" if step["finish"] == "tool_calls" else "user", step["reply"])
@@ -79,7 +81,7 @@ def check_invariants(rows: list[dict], traces: list[dict], stats: dict) -> None:
     assert stats["completions_preserved"] == len(seen) == len(rows) - left_out
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=2000, deadline=None)
 @given(st.lists(turns(), min_size=1, max_size=8))
 def test_linear_agent_merges_into_one_trace_equal_to_its_history(steps):
     chat = Conversation([12, 13]).say("user", [20])
@@ -91,20 +93,23 @@ def test_linear_agent_merges_into_one_trace_equal_to_its_history(steps):
     traces, stats = merge_session(rows, eot_id=2)
     check_invariants(rows, traces, stats)
     assert stats["segments"] == 1 and stats["break_reasons"] == {}
-    kept = [step for step in steps if step["finish"] != "length" or step["content"]]
+    kept = [step for step in steps if step["finish"] != "length" or step["content"] or step["keep_empty"]]
     if kept and kept[-1] is steps[-1]:  # the stream ends with the last call's sampled ids
         (trace,) = traces
         stream = trace["prompt_token_ids"].tolist() + trace["response_token_ids"].tolist()
         assert stream == chat.expected_stream(last)
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=2000, deadline=None)
 @given(st.lists(st.tuples(st.integers(0, 2), turns()), min_size=1, max_size=12), st.booleans())
 def test_interleaved_agents_keep_every_invariant(schedule, same_system):
     agents = [Conversation([12] if same_system else [12, 13 + k]).say("user", [20 + k]) for k in range(3)]
     rows, owner = [], []
     for agent, step in schedule:
         played = play(agents[agent], step)
+        if step["rewrite"]:  # e.g. an old tool result cleared: the history no longer extends the tip
+            edited = ("user", [0] * (len(rows) % 3 + 1))
+            agents[agent].messages[1] = agents[agent].spoken[1] = edited
         rows += played
         owner += [agent] * len(played)
     rows = numbered(rows)

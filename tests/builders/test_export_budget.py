@@ -57,6 +57,7 @@ def test_export_applies_the_budget_and_counts_drops(tmp_path):
     fits = [t for t in traces if len(t["prompt_token_ids"]) + len(t["response_token_ids"]) <= budget]
     dropped = [t for t in traces if len(t["prompt_token_ids"]) >= budget]
     summary = export(root, "prefix_merging", "parquet", tmp_path / "b.parquet", max_tokens=budget)
+    assert summary.not_trainable_traces == sum(t["status"] == "not_trainable" for t in fits)
     assert summary.dropped_over_budget == len(dropped) == 1
     assert summary.clipped == len(traces) - len(fits) - len(dropped) == 1
     rows = pq.read_table(tmp_path / "b.parquet").to_pylist()

@@ -54,6 +54,7 @@ def test_parquet_round_trips_through_pyarrow_polars_and_duckdb(root, tmp_path):
     out = tmp_path / "train.parquet"
     summary = export(root, "prefix_merging", "parquet", out, evaluator="session_completed")
     assert (summary.sessions, summary.written, summary.error_traces) == (3, len(expected_traces()), 1)
+    assert summary.not_trainable_traces == 0  # s3's only trace is an error now: its evaluation failed
     assert pq.read_schema(out).names == CANONICAL.names
     readers = [pq.read_table(out).to_pylist(), pl.read_parquet(out).to_dicts(),
                duckdb.sql(f"SELECT * FROM read_parquet('{out}')").to_arrow_table().to_pylist()]

@@ -12,8 +12,8 @@ from tests.sample_store import TRAJECTORIES, make_store
 
 
 def traces(n: int, status: str = "ok") -> list[dict]:
-    return [{"session_id": "s1", "trace_index": i, "status": status, "reward": None,
-             "metadata_json": json.dumps({"trace": {"turns": i}})} for i in range(n)]
+    return [{"session_id": "s1", "builder": "prefix_merging", "trace_index": i, "status": status,
+             "reward": None, "metadata_json": json.dumps({"trace": {"turns": i}})} for i in range(n)]
 
 
 def reward(value=None, trace_rewards=None, details=None) -> dict:
@@ -29,6 +29,8 @@ def evaluation(row: dict) -> dict:
     (reward(0.7), 3, [0.7, 0.7, 0.7]),
     (reward(trace_rewards=[0.1, 0.2, 0.3]), 3, [0.1, 0.2, 0.3]),
     (reward(1.0, trace_rewards=[0.0, 0.5]), 2, [0.0, 0.5]),  # per-trace rewards win
+    (reward(trace_rewards=[0.0, 0.5], details={"builder": "prefix_merging"}), 2, [0.0, 0.5]),
+    (reward(0.5, details={"builder": "per_request"}), 2, [0.5, 0.5]),  # an outcome fits any builder
     (reward(), 2, [None, None]),  # the evaluator gave neither
 ])
 def test_rewards_land_on_every_trace(row, n, rewards):
@@ -42,6 +44,8 @@ def test_rewards_land_on_every_trace(row, n, rewards):
     (reward(trace_rewards=[0.1, 0.2]), "trace_rewards has 2 values for 3 traces"),
     (reward(trace_rewards=[0.1, 0.2, 0.3, 0.4]), "trace_rewards has 4 values for 3 traces"),
     (reward(details={"error": "RuntimeError: boom"}), "evaluator failed: RuntimeError: boom"),
+    (reward(trace_rewards=[1, 1, 1], details={"builder": "per_request"}),
+     "trace_rewards were computed for builder per_request, not prefix_merging"),
 ])
 def test_mismatch_or_failure_marks_the_session_error_without_dropping(row, reason):
     joined = join_session(traces(3), row, "ev")

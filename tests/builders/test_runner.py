@@ -51,6 +51,14 @@ def test_rebuild_replaces_a_session_and_leaves_no_temp_files(store_root):
     assert not list(store_root.rglob("*.tmp"))
 
 
+def test_session_with_only_failed_calls_gets_an_empty_partition(tmp_path):
+    root = write_store(tmp_path / "store", [failure(502, session_id="c"), failure(504, "timeout", "c")])
+    summary = build(root, "prefix_merging", session_ids=["c", "c"])
+    assert (summary.sessions, summary.traces, summary.not_trainable) == (1, 0, ["c"])
+    path = root / "trajectories" / "builder=prefix_merging" / "session_id=c" / "part-0.parquet"
+    assert pq.read_table(path).num_rows == 0
+
+
 def test_compacted_and_loose_files_read_alike(store_root):
     before, _ = load_session(store_root, "a")
     with StoreWriter(store_root) as writer:

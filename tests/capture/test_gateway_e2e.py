@@ -17,14 +17,16 @@ from engine.tokenizer import load_tokenizer
 from store import connect
 from tests import live
 
-TOOLS = [{"type": "function", "function": {
-    "name": "Bash", "description": "Run a shell command.",
-    "parameters": {"type": "object", "properties": {"command": {"type": "string"}}, "required": ["command"]}}}]
+COMMAND = {"type": "object", "properties": {"command": {"type": "string"}}, "required": ["command"]}
+TOOLS = [{"type": "function",
+          "function": {"name": "Bash", "description": "Run a shell command.", "parameters": COMMAND}}]
+LS = {"function": {"name": "Bash", "arguments": {"command": "ls"}}}
 SCRIPT = [  # per session: three agent runs of two turns each
-    {"content": "Let me look.", "tool_calls": [{"function": {"name": "Bash", "arguments": {"command": "ls"}}}]},
+    {"content": "Let me look.", "tool_calls": [LS]},
     {"content": "There are two files.", "reasoning": "The listing answered it."},
 ] * 3
-FIRST_TURN = [{"role": "developer", "content": "You are terse."}, {"role": "user", "content": "What is here?"}]
+FIRST_TURN = [{"role": "developer", "content": "You are terse."},
+              {"role": "user", "content": "What is here?"}]
 ERROR_KEYS = {"message", "type", "param", "code"}
 
 
@@ -99,22 +101,28 @@ def test_raw_stream_chunks(gw):
     heads = [t for c in chunks[:-1] for t in c.choices[0].delta.tool_calls or [] if t.id]
     assert [(t.index, t.function.name, t.function.arguments) for t in heads] == [(0, "Bash", "")]
     [row] = rows(gw, "session_id = 'sk-tap-raw-stream'")
-    assert row["completion_id"] == chunks[0].id and row["completion_tokens"] == chunks[-1].usage.completion_tokens
+    assert row["completion_id"] == chunks[0].id
+    assert row["completion_tokens"] == chunks[-1].usage.completion_tokens
 
 
 def test_two_concurrent_sessions_never_mix(gw):
     results: dict[str, list[str]] = {}
+    errors: list[BaseException] = []
 
     def agent(name: str, chat: openai.OpenAI) -> None:
-        results[name] = run_agent(chat, stream_second=name == "conc-b") + run_agent(chat, stream_second=False)
+        try:
+            results[name] = run_agent(chat, name == "sk-tap-b") + run_agent(chat, stream_second=False)
+        except BaseException as exc:  # surfaced below: a thread's failure must fail the test
+            errors.append(exc)
 
     threads = [threading.Thread(target=agent, args=("conc-a", client(gw, base=f"{gw.url}/s/conc-a/v1"))),
-               threading.Thread(target=agent, args=("conc-b", client(gw, key="sk-tap-conc-b")))]
+               threading.Thread(target=agent, args=("sk-tap-b", client(gw, key="sk-tap-b")))]
     for thread in threads:
         thread.start()
     for thread in threads:
         thread.join(120)
-    for name in ("conc-a", "conc-b"):
+    assert not errors, errors
+    for name in ("conc-a", "sk-tap-b"):
         directory = gw.store / "completions" / f"session_id={name}"
         stored = [r for r in rows(gw) if r["completion_id"] in results[name]]
         assert len(list(directory.glob("*.parquet"))) == 4

@@ -22,7 +22,8 @@ BROKEN = '<tool_call>\n{"name": "Bash", "arguments": {broken\n</tool_call>'
         (CALL + "\n" + CALL.replace("ls", "pwd"), None, None, [LS, PWD]),
         ("<think>\nplan\n</think>\n\nanswer", "answer", "plan", []),
         ("plan only</think>\n\n" + CALL, None, "plan only", [LS]),
-        ("<think>\nstill thinking", "", "still thinking", []),
+        ("<think>\nstill thinking", None, "still thinking", []),
+        ("<think>\nplan\n</think>\n\n", None, "plan", []),
         ("<think>\n\n</think>\n\nhi", "hi", None, []),
         (BROKEN, None, None, None),  # raw text kept
         ('<tool_call>\n["not", "an", "object"]\n</tool_call>', None, None, None),

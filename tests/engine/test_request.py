@@ -56,6 +56,7 @@ def test_tool_parsing_follows_tool_choice(choice, parses: bool) -> None:
         ({"messages": MESSAGES, "logprobs": True, "top_logprobs": 21}, "BadRequestError", "top_logprobs"),
         ({"messages": MESSAGES, "top_logprobs": 1}, "BadRequestError", "top_logprobs"),
         ({"messages": MESSAGES, "stop": [1]}, "Bad Request", "body.stop"),
+        ({"messages": MESSAGES, "n": 2}, "BadRequestError", "n"),
         ({"messages": MESSAGES, "stop_token_ids": ["a"]}, "Bad Request", "body.stop_token_ids"),
         ({"messages": MESSAGES, "tool_choice": {"function": {"name": "Bash"}}}, "BadRequestError",
          "tool_choice"),  # named tool, but no tools offered

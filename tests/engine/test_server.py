@@ -88,11 +88,13 @@ def test_same_request_same_tokens(server: EngineServer, sampling: dict) -> None:
 
 def test_concurrent_requests_match_sequential_ones(server: EngineServer) -> None:
     """Requests on parallel connections queue for the model lock and still get their own seeded tokens."""
+    def sample(seed: int) -> list[int]:
+        return chat(server, max_tokens=6, temperature=1.0, seed=seed)["choices"][0]["token_ids"]
+
     seeds = [21, 22, 23, 24]
-    alone = [chat(server, max_tokens=6, temperature=1.0, seed=seed)["choices"][0]["token_ids"] for seed in seeds]
+    alone = [sample(seed) for seed in seeds]
     with ThreadPoolExecutor(4) as pool:
-        together = list(pool.map(lambda s: chat(server, max_tokens=6, temperature=1.0, seed=s), seeds))
-    assert [data["choices"][0]["token_ids"] for data in together] == alone
+        assert list(pool.map(sample, seeds)) == alone
 
 
 def test_different_seeds_sample_differently(server: EngineServer) -> None:

@@ -14,8 +14,8 @@ from store import StoreWriter, connect
 from tests.sample_store import TRAJECTORIES, make_store
 
 TEST_FILE = "def test_ok():\n    assert True\n"
-CONFIG = {"test_command": f"{sys.executable} -m pytest -v -p no:cacheprovider",
-          "expected": {"test_ok.py::test_ok": "PASSED"}}
+PYTEST = f"PYTEST_DISABLE_PLUGIN_AUTOLOAD=1 {sys.executable} -m pytest -v -p no:cacheprovider"  # fast start
+CONFIG = {"test_command": PYTEST, "expected": {"test_ok.py::test_ok": "PASSED"}}
 
 
 @pytest.fixture

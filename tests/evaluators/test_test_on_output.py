@@ -12,7 +12,8 @@ import pytest
 from evaluators.base import EvalInput, EvaluatorError
 from evaluators.test_on_output import TestOnOutput, parse_test_output
 
-PYTEST = f"{sys.executable} -m pytest -v -rA -p no:cacheprovider"
+# plugin autoload off: a bare pytest starts in well under a second
+PYTEST = f"PYTEST_DISABLE_PLUGIN_AUTOLOAD=1 {sys.executable} -m pytest -v -rA -p no:cacheprovider"
 PROJECT = {
     "calc.py": "def add(a, b):\n    return a + b\n\ndef sub(a, b):\n    return a + b  # the bug\n",
     "test_calc.py": textwrap.dedent("""

@@ -12,6 +12,8 @@ from store import connect
 from tests.sample_store import make_store
 from tracetap.cli import cli
 
+PYTEST = f"PYTEST_DISABLE_PLUGIN_AUTOLOAD=1 {sys.executable} -m pytest -v -p no:cacheprovider"  # fast start
+
 
 @pytest.fixture
 def store(tmp_path) -> str:
@@ -39,7 +41,7 @@ def test_test_on_output_with_config_workspace_and_session(store, tmp_path):
     (tmp_path / "ws" / "s2" / "test_it.py").write_text("def test_it():\n    assert 1 + 1 == 3\n")
     result = run("--store", store, "--evaluator", "test_on_output", "--session", "s2",
                  "--workspace-root", str(tmp_path / "ws"), "--timeout", "60",
-                 "--config", f"test_command={sys.executable} -m pytest -v -p no:cacheprovider",
+                 "--config", f"test_command={PYTEST}",
                  "--config", 'expected={"test_it.py::test_it": "FAILED"}',
                  "--config", "scoring=all_or_nothing")
     assert result.stdout.splitlines()[2].split()[:2] == ["s2", "1"]

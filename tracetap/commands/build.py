@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import click
@@ -47,8 +48,7 @@ def command(store_dir: Path, builder: str, sessions: tuple[str, ...], eot_id: in
 
     try:
         wanted = list(sessions) or list_sessions(store_dir)
-        stderr = click.get_text_stream("stderr")
-        with click.progressbar(length=len(wanted), label=f"building {builder}", file=stderr,
+        with click.progressbar(length=len(wanted), label=f"building {builder}", file=sys.stderr,
                                show_pos=True) as bar:
             summary = build(store_dir, builder, wanted, eot_id=eot_id, progress=lambda _sid: bar.update(1))
     except (StoreError, ValueError) as exc:

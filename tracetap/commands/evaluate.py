@@ -27,7 +27,7 @@ def _config_value(text: str) -> object:
 @click.option("--evaluator", "spec", required=True,
               help="Built-in (session_completed, test_on_output) or module:Class.")
 @click.option("--config", "config", multiple=True, metavar="KEY=VALUE", callback=key_value_pairs,
-              help="Evaluator config; a VALUE starting with { or [ is read as JSON, else as text. Repeatable.")
+              help="Evaluator config; VALUE is JSON when it starts with { or [, else text. Repeatable.")
 @click.option("--session", "session_ids", multiple=True, metavar="SID",
               help="Only these sessions. Repeatable.")
 @click.option("--builder", default="prefix_merging", show_default=True,
@@ -48,14 +48,13 @@ def command(store: Path, spec: str, config: dict, session_ids: tuple[str, ...], 
     Example: tracetap evaluate --store runs --evaluator test_on_output
     --config 'test_command=python -m pytest -v' --config 'expected={"test_x.py::test_a": "PASSED"}'
     """
-    from evaluators.base import EvaluatorError
     from evaluators.runner import EvaluationJob
 
     try:
         job = EvaluationJob(store, spec, {k: _config_value(v) for k, v in config.items()},
                             session_ids=list(session_ids) or None, builder=builder,
                             workspace_root=workspace_root, timeout=timeout)
-    except (EvaluatorError, ValueError) as error:
+    except ValueError as error:  # EvaluatorError, InvalidSessionId: bad input, nothing written
         raise click.ClickException(str(error)) from None
     err = sys.stderr  # looked up now: click's runner swaps it
     with click.progressbar(job.sessions, label=f"evaluating with {job.name}", file=err) as bar:

@@ -52,4 +52,5 @@ def command(store: Path, builder: str, fmt: str, out: Path, max_tokens: int | No
     click.echo(f"wrote {summary.written} trace(s) of {summary.sessions} session(s) to {summary.out}")
     click.echo(f"  clipped to the budget: {summary.clipped}; dropped (prompt over budget): "
                f"{summary.dropped_over_budget}")
-    click.echo(f"  error traces: {summary.error_traces}; traces without reward: {summary.unrewarded_traces}")
+    click.echo(f"  error traces: {summary.error_traces}; not trainable: {summary.not_trainable_traces}; "
+               f"without reward: {summary.unrewarded_traces}")

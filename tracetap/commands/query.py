@@ -14,7 +14,8 @@ def _list(as_json: bool) -> None:
 
     queries = list_queries()
     columns = ["name", "parameters", "description"]
-    rows = [(q.name, ", ".join(f"{p.name}={p.default}" for p in q.params), q.description) for q in queries]
+    rows = [(q.name, ", ".join(f"{p.name}={'null' if p.default is None else p.default}" for p in q.params),
+             q.description) for q in queries]
     if not as_json:
         echo_table(columns, rows)
         return

@@ -1,0 +1,78 @@
+"""`kill -9` of the gateway with calls in flight: what the client got is on disk, nothing on disk is
+partial, and a restarted gateway appends to the same store.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+
+import httpx
+import pyarrow.parquet as pq
+
+from store import connect
+from tests import live
+
+FIXTURES = ["chat_basic", "chat_tools_auto_call", "chat_sampled", "chat_stream_tools"]
+CALLS = 12
+STEP = 0.25  # call i waits i * STEP seconds upstream; the kill lands in the middle
+
+
+def received(response: httpx.Response, stream: bool) -> tuple[str, str | None]:
+    """(completion id, content) of what the client got back."""
+    if not stream:
+        body = response.json()
+        return body["id"], body["choices"][0]["message"]["content"]
+    assert response.text.endswith("data: [DONE]\n\n")
+    chunks = [json.loads(line[6:]) for line in response.text.splitlines() if line.startswith("data: {")]
+    parts = [c["choices"][0]["delta"].get("content") for c in chunks if c["choices"]]
+    text = "".join(p for p in parts if p)
+    return chunks[0]["id"], text or None
+
+
+def call(gateway_url: str, session: str, stream: bool, results: dict) -> None:
+    body = {"model": "m", "messages": [{"role": "user", "content": session}], "stream": stream}
+    try:
+        response = httpx.post(f"{gateway_url}/v1/chat/completions", json=body, timeout=30,
+                              headers={"x-tracetap-session": session})
+        if response.status_code == 200:
+            results[session] = received(response, stream)
+    except httpx.HTTPError:
+        pass  # in flight when the gateway died
+
+
+def test_kill_9_mid_flight(gateway, stub_upstream, tmp_path):
+    for i in range(CALLS):
+        stub_upstream.plans[f"crash-{i}"] = live.Plan(FIXTURES[i % len(FIXTURES)], delay=i * STEP)
+    store = tmp_path / "store"
+    gw = gateway("--upstream", stub_upstream.url, store=store)
+    results: dict[str, tuple[str, str | None]] = {}
+    threads = [threading.Thread(target=call, args=(gw.url, f"crash-{i}", i % 2 == 1, results))
+               for i in range(CALLS)]
+    for thread in threads:
+        thread.start()
+    time.sleep(CALLS * STEP / 2)
+    gw.kill()
+    for thread in threads:
+        thread.join(60)
+    assert 2 <= len(results) < CALLS, "the kill should land while some calls are still in flight"
+
+    for path in store.rglob("*.parquet"):
+        pq.read_table(path)  # every file under a final name is complete
+    rows = connect(store).sql("SELECT session_id, seq, completion_id, completion_token_ids, response_json "
+                              "FROM completions").fetchall()
+    by_id = {row[2]: row for row in rows}
+    for session, (completion_id, content) in results.items():
+        sid, seq, _, ids, response_json = by_id[completion_id]
+        assert (sid, seq) == (session, 0)
+        assert ids == live.fixture_capture(stub_upstream.plans[session].fixture).completion_token_ids
+        assert json.loads(response_json)["choices"][0]["message"]["content"] == content
+
+    restarted = gateway("--upstream", stub_upstream.url, store=store)
+    again = {}
+    for session in ("crash-0", f"crash-{CALLS - 1}"):
+        call(restarted.url, session, False, again)
+    seqs = dict(connect(store).sql("SELECT completion_id, seq FROM completions").fetchall())
+    assert seqs[again["crash-0"][0]] == 1  # crash-0 answered before the kill: its seq continues
+    assert seqs[again[f"crash-{CALLS - 1}"][0]] == 0  # the last call was lost in flight

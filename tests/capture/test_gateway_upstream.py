@@ -1,0 +1,113 @@
+"""A real gateway process in front of upstreams that misbehave: a stub replaying the real vLLM fixtures
+(errors included), a slow one (504) and a closed port (502). Every call's record is checked on disk.
+"""
+
+from __future__ import annotations
+
+import json
+
+import httpx
+import openai
+import pytest
+
+from store import connect
+from tests import live
+
+CALL = {"model": "gpt-4o", "messages": [{"role": "user", "content": "List the files."}], "max_tokens": 20}
+
+
+@pytest.fixture(scope="module")
+def stub():
+    with live.StubUpstream() as upstream:
+        yield upstream
+
+
+@pytest.fixture(scope="module")
+def gw(stub, tmp_path_factory, tracetap_home):
+    store = tmp_path_factory.mktemp("upstream") / "store"
+    with live.start_gateway(store, "--upstream", stub.url, "--timeout", "1.5") as process:
+        yield process
+
+
+def post(gw, session: str, body: dict = CALL) -> httpx.Response:
+    return httpx.post(f"{gw.url}/v1/chat/completions", json=body, headers={"x-tracetap-session": session},
+                      timeout=30)
+
+
+def stored(store, session: str) -> list[dict]:
+    sql = "SELECT * FROM completions WHERE session_id = ? ORDER BY seq"
+    cursor = connect(store).sql(sql, params=[session])
+    return [dict(zip(cursor.columns, values, strict=True)) for values in cursor.fetchall()]
+
+
+@pytest.mark.parametrize("name", live.CHAT_FIXTURES)
+def test_fixture_answers_are_recorded_like_the_parser_reads_them(gw, stub, name):
+    response = post(gw, name)
+    assert response.status_code == 200
+    expected = live.fixture_capture(name)
+    [row] = stored(gw.store, name)
+    assert row["status"] == "ok" and row["http_status"] == 200
+    assert row["prompt_token_ids"] == expected.prompt_token_ids
+    assert row["completion_token_ids"] == expected.completion_token_ids
+    assert row["finish_reason"] == expected.finish_reason
+    assert row["tool_calls"] == expected.tool_calls
+    if expected.logprobs is None:
+        assert row["logprobs"] is None
+    else:
+        assert row["logprobs"] == pytest.approx(expected.logprobs, abs=1e-5)
+        assert len(row["logprobs"]) == len(row["completion_token_ids"])
+    body = response.json()
+    assert body["model"] == "gpt-4o" and body["id"] == row["completion_id"]
+    assert "prompt_token_ids" not in body and "token_ids" not in body["choices"][0]
+
+
+def test_what_goes_upstream(gw, stub):
+    post(gw, "sent-check", {**CALL, "stream": True, "stream_options": {"include_usage": True},
+                            "max_completion_tokens": 7, "store": True})
+    headers, sent = next((h, b) for h, b in stub.requests if h.get("x-tracetap-session") == "sent-check")
+    assert sent["model"] == "tiny"  # unknown names map to the served model
+    flags = (sent["stream"], sent["logprobs"], sent["top_logprobs"], sent["return_token_ids"])
+    assert flags == (False, True, 0, True)
+    assert "stream_options" not in sent and "store" not in sent and sent["max_tokens"] == 20
+    assert "authorization" not in {k.lower() for k in headers}
+
+
+@pytest.mark.parametrize("name", live.ERROR_FIXTURES)
+def test_upstream_errors_keep_their_status_and_are_recorded(gw, name):
+    upstream_body = json.loads(live.fixture_body(name))
+    response = post(gw, name)
+    assert response.status_code == live.INDEX[name]["status"]
+    error = response.json()["error"]
+    assert error["message"] == upstream_body["error"]["message"]
+    assert set(error) == {"message", "type", "param", "code"}
+    [row] = stored(gw.store, name)
+    assert (row["status"], row["http_status"]) == ("upstream_error", live.INDEX[name]["status"])
+    assert row["prompt_token_ids"] is None and row["completion_token_ids"] is None and row["logprobs"] is None
+    assert json.loads(row["chat_response_json"]) == upstream_body
+    assert json.loads(row["chat_request_json"])["return_token_ids"] is True
+
+
+def test_upstream_400_is_the_sdk_error_class(gw):
+    chat = openai.OpenAI(base_url=f"{gw.url}/s/error_context_overflow/v1", api_key="x", max_retries=0)
+    with pytest.raises(openai.BadRequestError, match="maximum context length"):
+        chat.chat.completions.create(model="m", messages=CALL["messages"], stream=True)
+
+
+def test_slow_upstream_times_out(gw, stub):
+    stub.plans["slow"] = live.Plan(delay=4.0)
+    response = post(gw, "slow")
+    assert response.status_code == 504 and response.json()["error"]["type"] == "timeout_error"
+    [row] = stored(gw.store, "slow")
+    assert (row["status"], row["http_status"]) == ("timeout", 504) and row["completion_token_ids"] is None
+
+
+def test_closed_port_is_unreachable(tmp_path):
+    port = live.free_port()
+    store = tmp_path / "store"
+    with live.start_gateway(store, "--upstream", f"http://127.0.0.1:{port}", "--served-model", "tiny") as gw:
+        response = post(gw, "down")
+        models = httpx.get(f"{gw.url}/v1/models").json()
+    assert response.status_code == 502 and "unreachable" in response.json()["error"]["message"]
+    assert [m["id"] for m in models["data"]] == ["tiny"]
+    [row] = stored(store, "down")
+    assert (row["status"], row["http_status"], row["served_model"]) == ("upstream_error", 502, "tiny")
