@@ -81,7 +81,7 @@ def check_invariants(rows: list[dict], traces: list[dict], stats: dict) -> None:
     assert stats["completions_preserved"] == len(seen) == len(rows) - left_out
 
 
-@settings(max_examples=2000, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(st.lists(turns(), min_size=1, max_size=8))
 def test_linear_agent_merges_into_one_trace_equal_to_its_history(steps):
     chat = Conversation([12, 13]).say("user", [20])
@@ -100,7 +100,7 @@ def test_linear_agent_merges_into_one_trace_equal_to_its_history(steps):
         assert stream == chat.expected_stream(last)
 
 
-@settings(max_examples=2000, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(st.lists(st.tuples(st.integers(0, 2), turns()), min_size=1, max_size=12), st.booleans())
 def test_interleaved_agents_keep_every_invariant(schedule, same_system):
     agents = [Conversation([12] if same_system else [12, 13 + k]).say("user", [20 + k]) for k in range(3)]

@@ -219,19 +219,35 @@ def test_fork_from_an_earlier_prompt_starts_its_own_chain(store_root):
     assert stats["retries"] == 0
 
 
-@pytest.mark.parametrize("continued", [True, False])
-def test_retry_keeps_the_last_attempt_and_records_the_retry(store_root, continued):
+def test_longest_matching_tip_wins(store_root):
+    chat, rows = tool_session()
+    rows.append(completion(rows[1]["prompt_token_ids"], [70, EOT]))  # a fork opens a chain at turn 2
+    chat.say("user", [23])
+    rows.append(chat.ask([36]))  # extends both tips (the fork's is shorter): the main chain wins
+    traces, stored, stats = run(store_root, rows)
+    main_ids = [row["completion_id"] for i, row in enumerate(stored) if i != 3]
+    assert [t["completion_ids"] for t in traces] == [main_ids, [stored[3]["completion_id"]]]
+    assert stream(traces[0]) == chat.expected_stream(rows[-1])
+    assert (stats["chains"], stats["retries"], stats["break_reasons"]) == (2, 0, {})
+
+
+@pytest.mark.parametrize("continued_from", [None, "last", "first"])
+def test_retry_keeps_the_attempt_the_history_continues_else_the_last(store_root, continued_from):
     chat = Conversation([10]).say("user", [20])
-    first = chat.ask([30], keep=False)
-    rows = [first, chat.ask([31])]  # same prompt again: the harness retried
-    if continued:
-        chat.say("user", [21])
-        rows.append(chat.ask([32]))
+    other = Conversation([10]).say("user", [20])
+    first = chat.ask([30], keep=continued_from == "first")
+    second = other.ask([31], keep=True)  # same prompt again: the harness retried
+    rows, kept = [first, second], 0 if continued_from == "first" else 1
+    if continued_from:
+        history = chat if continued_from == "first" else other
+        history.say("user", [21])
+        rows.append(history.ask([32]))
     traces, stored, stats = run(store_root, rows)
     assert len(traces) == 1 and stats["retries"] == 1
-    assert traces[0]["completion_ids"] == [r["completion_id"] for r in stored[1:]]
-    assert traces[0]["metadata"]["trace"]["retried_completion_ids"] == [stored[0]["completion_id"]]
-    assert stream(traces[0]) == chat.expected_stream(rows[-1])
+    ids = [row["completion_id"] for row in stored]
+    assert traces[0]["completion_ids"] == [ids[kept], *ids[2:]]
+    assert traces[0]["metadata"]["trace"]["retried_completion_ids"] == [stored[1 - kept]["completion_id"]]
+    assert stream(traces[0]) == (chat if kept == 0 else other).expected_stream(rows[-1])
 
 
 @pytest.mark.parametrize(("rows_after", "reasons"), [
