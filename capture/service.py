@@ -16,6 +16,7 @@ import time
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 
 from capture import detect as routes
 from capture.adapters import ADAPTERS
@@ -23,7 +24,7 @@ from capture.adapters.base import AdapterError, RequestContext
 from capture.record import Call, build_row, display_path
 from capture.sessions import SessionError, bind, split_prefix
 from capture.upstream import UpstreamClient, UpstreamError
-from store.paths import InvalidSessionId, validate_session_id
+from store.paths import InvalidSessionId, session_dir, validate_session_id
 
 logger = logging.getLogger("tracetap.gateway")
 
@@ -31,8 +32,8 @@ MAX_BODY = 32 * 1024 * 1024
 FALLBACK_API = "openai_chat"
 JSON_TYPE = "application/json"
 SSE_HEADERS = {"content-type": "text/event-stream", "cache-control": "no-cache", "x-accel-buffering": "no"}
+EXPLICIT_SOURCES = ("path", "header", "query")  # ids a harness named, so later API keys may reuse them
 _UPSTREAM_KINDS = {"timeout": "timeout", "http": "upstream_error"}  # else upstream_unreachable
-_STARTED = int(time.time())
 
 
 class Reject(Exception):
@@ -61,11 +62,13 @@ class Request:
     headers: dict[str, str]
     query: Mapping[str, str]
     body: bytes
+    received: float = field(default_factory=time.perf_counter)
+    created_at: datetime = field(default_factory=lambda: datetime.now(UTC))
 
 
 class GatewayService:
-    """Holds the store writer (anything with `record_completion`, `close_session`, `compact_idle`)
-    and the upstream client; the sessions seen bound explicitly count as registered ids."""
+    """Holds the store writer and the upstream client. Session ids harnesses named explicitly count
+    as registered: an API key equal to one binds to it (DESIGN §4)."""
 
     def __init__(self, writer, upstream: UpstreamClient, max_body: int = MAX_BODY):
         self.writer = writer
@@ -124,13 +127,14 @@ class GatewayService:
         adapter = _adapter(route.api)
         ctx = await self._context(route, binding, data)
         chat_request = _translate(adapter, data, ctx)
-        if binding.source != "default":
+        if binding.source in EXPLICIT_SOURCES:
             self.registered.add(binding.session_id)
         call = Call(session_id=binding.session_id, api=route.api,
                     path=display_path(binding.path, request.query), stream=route.stream,
                     requested_model=ctx.requested_model, request_body=data, completion_id=ctx.completion_id,
                     user_agent=request.headers.get("user-agent"), session_source=binding.source,
-                    served_model=ctx.served_model, chat_request=chat_request)
+                    served_model=ctx.served_model, chat_request=chat_request,
+                    created_at=request.created_at, started=request.received)
         try:
             result = await self.upstream.chat(chat_request, binding.session_id)
         except UpstreamError as exc:
@@ -185,19 +189,13 @@ class GatewayService:
         return Reply(200, _dumps(adapter.count_tokens_body(count)))
 
     async def _models(self, request: Request, route: routes.Route, binding, data: None) -> Reply:
+        """The served models in the caller's list shape; any name exists (unknown ones map to the served)."""
+        adapter = ADAPTERS.get(route.api)
+        lister = adapter if hasattr(adapter, "models_body") else ADAPTERS[FALLBACK_API]
+        if route.target:
+            return Reply(200, _dumps(lister.model_body(route.target)))
         names = list(self.upstream.models) or list(await self.upstream.discover())
-        if route.target:
-            names = [route.target]
-        entry = gemini_model if route.api == routes.GEMINI else openai_model
-        entries = [entry(n) for n in names]
-        if route.target:
-            return Reply(200, _dumps(entries[0]))
-        if route.api == routes.GEMINI:
-            return Reply(200, _dumps({"models": entries}))
-        first, last = (names[0], names[-1]) if names else (None, None)
-        body = {"object": "list", "data": entries, "has_more": False, "first_id": first, "last_id": last,
-                "models": []}
-        return Reply(200, _dumps(body))
+        return Reply(200, _dumps(lister.models_body(names)))
 
     async def _probe(self, request: Request, route: routes.Route, binding, data: None) -> Reply:
         body = b"" if request.method == "HEAD" else _dumps({"status": "ok", "service": "tracetap-gateway"})
@@ -208,6 +206,8 @@ class GatewayService:
             sid = validate_session_id(route.target)
         except InvalidSessionId as exc:
             raise Reject(400, str(exc)) from None
+        if not session_dir(self.writer.root, "completions", sid).is_dir():
+            raise Reject(404, f"no session {sid!r} in this store", "not_found")
         await asyncio.to_thread(self.writer.close_session, sid)
         self.registered.discard(sid)
         return Reply(200, _dumps({"session_id": sid, "status": "closed"}))
@@ -243,19 +243,6 @@ def _translate(adapter, data: dict, ctx: RequestContext) -> dict:
         return adapter.to_chat_request(data, ctx)
     except AdapterError as exc:
         raise Reject(exc.status, str(exc), exc.kind) from None
-
-
-def openai_model(name: str) -> dict:
-    """One model entry that the OpenAI and the Anthropic SDK parsers both accept (protocols §1.2)."""
-    created_at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(_STARTED))
-    return {"id": name, "object": "model", "type": "model", "created": _STARTED, "created_at": created_at,
-            "owned_by": "tracetap", "display_name": name}
-
-
-def gemini_model(name: str) -> dict:
-    return {"name": f"models/{name}", "displayName": name, "inputTokenLimit": 131072,
-            "outputTokenLimit": 32768,
-            "supportedGenerationMethods": ["generateContent", "streamGenerateContent", "countTokens"]}
 
 
 def _dumps(value: object) -> bytes:

@@ -19,6 +19,7 @@ from store import connect, validate_session_id
 
 BUILDER_ORDER = ("prefix_merging", "per_request")
 PROMPT, TRAIN, INTER = "prompt", "train", "inter"
+HEAT_FLOORS = (-0.5, -2.0, -5.0, -10.0)  # heat level k: logprob >= HEAT_FLOORS[k]; below them all: 4
 
 TURN_COLUMNS = ("seq, completion_id, api, stream, requested_model, served_model, status, http_status, error, "
                 "finish_reason, prompt_tokens, completion_tokens, upstream_ms, gateway_ms, tool_calls, "
@@ -78,6 +79,11 @@ class TokenView:
     kind: str  # PROMPT | TRAIN (loss 1) | INTER (loss 0)
     logprob: float | None  # the stored value (0.0 for interstitials); None for prompt or unaligned
     seq: int | None = None  # the call that sampled it (trainable tokens)
+
+    @property
+    def heat(self) -> int | None:
+        """Heat level of a trainable token with a logprob (see heat_level); None for the others."""
+        return heat_level(self.logprob) if self.kind == TRAIN and self.logprob is not None else None
 
 
 @dataclass(slots=True)
@@ -149,13 +155,14 @@ def _session(con, sid: str, turns: list[TurnView]) -> SessionView:
                        "WHERE session_id = ?", [sid])
     info = found[0] if found else {"task_id": None, "harness": None, "status": None,
                                    "started_at": None, "ended_at": None}
-    rewards = _rows(con, "SELECT evaluator, reward FROM rewards WHERE session_id = ? ORDER BY evaluator", [sid])
+    rewards = _rows(con, "SELECT evaluator, reward FROM rewards WHERE session_id = ? ORDER BY 1", [sid])
     return SessionView(session_id=sid, turns=turns, builder=None, **info,
                        rewards=[RewardView(r["evaluator"], r["reward"]) for r in rewards])
 
 
 def _pick_traces(con, sid: str, builder: str | None) -> tuple[str | None, list[dict]]:
-    sql = f"SELECT {TRACE_COLUMNS} FROM trajectories WHERE builder = ? AND session_id = ? ORDER BY trace_index"
+    sql = (f"SELECT {TRACE_COLUMNS} FROM trajectories WHERE builder = ? AND session_id = ? "
+           "ORDER BY trace_index")
     for name in BUILDER_ORDER if builder is None else (builder,):
         rows = _rows(con, sql, [name, sid])
         if rows:
@@ -251,6 +258,11 @@ def span_starts(trace: TraceView) -> dict[int, int]:
             starts[index] = token.seq
         previous = token.seq
     return starts
+
+
+def heat_level(logprob: float) -> int:
+    """0 (likely) .. 4 (logprob below -10): how surprising a sampled token was."""
+    return next((k for k, floor in enumerate(HEAT_FLOORS) if logprob >= floor), len(HEAT_FLOORS))
 
 
 def visible_text(text: str) -> str:

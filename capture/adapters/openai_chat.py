@@ -9,6 +9,7 @@ model name and without token arrays; streams are replayed as chunks (protocols.m
 from __future__ import annotations
 
 import copy
+import time
 
 from capture.adapters.base import AdapterError, RequestContext, first_choice, reasoning_text, sse_frame
 
@@ -46,6 +47,7 @@ _ERROR_TYPES = {
     "internal": "server_error",
 }
 _UPSTREAM_ONLY = ("prompt_token_ids", "prompt_logprobs", "prompt_text")
+_CREATED = int(time.time())  # models have no creation date here; the gateway's start stands in
 
 
 def to_chat_request(body: dict, ctx: RequestContext) -> dict:
@@ -177,6 +179,20 @@ def _tool_call_deltas(calls: list[dict]) -> list[dict]:
 def _chunk(base: dict, delta: dict, finish_reason: str | None = None, logprobs: dict | None = None) -> bytes:
     choice = {"index": 0, "delta": delta, "logprobs": logprobs, "finish_reason": finish_reason}
     return sse_frame({**base, "choices": [choice]})
+
+
+def model_body(name: str) -> dict:
+    """One model entry that both the OpenAI and the Anthropic SDK parse (protocols.md §1.2)."""
+    return {"id": name, "object": "model", "type": "model", "created": _CREATED,
+            "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(_CREATED)),
+            "owned_by": "tracetap", "display_name": name}
+
+
+def models_body(names: list[str]) -> dict:
+    """`GET /v1/models`, shared by OpenAI clients, the Anthropic SDK and Codex: one union body."""
+    first, last = (names[0], names[-1]) if names else (None, None)
+    return {"object": "list", "data": [model_body(n) for n in names], "has_more": False,
+            "first_id": first, "last_id": last, "models": []}
 
 
 def error_body(status: int, message: str, kind: str = "invalid_request") -> dict:

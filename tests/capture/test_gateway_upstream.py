@@ -4,8 +4,11 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
+import time
 
+import anthropic
 import httpx
 import openai
 import pytest
@@ -111,3 +114,37 @@ def test_closed_port_is_unreachable(tmp_path):
     assert [m["id"] for m in models["data"]] == ["tiny"]
     [row] = stored(store, "down")
     assert (row["status"], row["http_status"], row["served_model"]) == ("upstream_error", 502, "tiny")
+
+
+def test_models_and_probes_in_each_api_shape(gw):
+    assert [m.id for m in anthropic.Anthropic(base_url=gw.url, api_key="x").models.list()] == ["tiny"]
+    gemini = httpx.get(f"{gw.url}/v1beta/models", headers={"x-goog-api-key": "k"}).json()
+    assert [m["name"] for m in gemini["models"]] == ["models/tiny"]
+    assert httpx.get(f"{gw.url}/v1beta/models/gemini-2.5-flash").json()["name"] == "models/gemini-2.5-flash"
+    probe = httpx.head(f"{gw.url}/", headers={"anthropic-version": "2023-06-01"})
+    assert probe.status_code == 200 and probe.content == b""
+
+
+def test_count_tokens_asks_the_upstream(gw):
+    count = json.loads(live.fixture_body("tokenize_chat"))["count"]
+    messages = anthropic.Anthropic(base_url=gw.url, api_key="x").messages
+    counted = messages.count_tokens(model="claude-x", messages=[{"role": "user", "content": "hi"}])
+    assert counted.input_tokens == count
+    assert stored(gw.store, "key-" + hashlib.sha256(b"x").hexdigest()[:16]) == []  # counting records nothing
+
+
+def test_close_unknown_session_is_404(gw):
+    response = httpx.post(f"{gw.url}/sessions/never-seen/close")
+    assert response.status_code == 404 and response.json()["error"]["code"] == "not_found"
+
+
+def test_idle_sessions_get_compacted(stub, tmp_path):
+    store = tmp_path / "store"
+    with live.start_gateway(store, "--upstream", stub.url, "--idle-compact", "1") as gw:
+        assert post(gw, "idle-run").status_code == post(gw, "idle-run").status_code == 200
+        directory = store / "completions" / "session_id=idle-run"
+        deadline = time.monotonic() + 15
+        while [p.name for p in directory.glob("*.parquet")] != ["part-2.parquet"]:
+            assert time.monotonic() < deadline, [p.name for p in directory.iterdir()]
+            time.sleep(0.2)
+    assert [r["seq"] for r in stored(store, "idle-run")] == [0, 1]

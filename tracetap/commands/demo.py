@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import time
 from pathlib import Path
 
 import click
@@ -9,19 +11,23 @@ import click
 
 @click.command()
 @click.option("--out", type=click.Path(path_type=Path), default=Path("demo-out"), show_default=True,
-              help="Folder for the store, workspaces and exports (replaced if it exists).")
+              help="Folder for the store, workspaces, dataset and report (replaced if it exists).")
 @click.option("--sessions", type=click.IntRange(1, 50), default=3, show_default=True)
-def command(out: Path, sessions: int) -> None:
-    """Run the main job end to end on embedded defaults.
+@click.option("--json", "as_json", is_flag=True, help="Print only the summary, as JSON.")
+def command(out: Path, sessions: int, as_json: bool) -> None:
+    """Run the main job end to end on embedded defaults: capture, build, evaluate, export, report.
 
     Example: tracetap demo --sessions 3
     """
     from tracetap.demo import run_demo
 
-    result = run_demo(out, sessions=sessions)
-    for run in result.runs:
-        click.echo(f"{run.session_id}: {run.turns} turns, tools {', '.join(run.tool_calls)}")
-    click.echo("\nsummary (SQL over the store):")
+    started = time.monotonic()
+    result = run_demo(out, sessions=sessions, say=(lambda _: None) if as_json else click.echo)
+    if as_json:
+        click.echo(json.dumps(result.summary, default=str))
+        return
+    click.echo("\nsummary (one SQL query over the store):")
     for key, value in result.summary.items():
         click.echo(f"  {key:30} {value}")
-    click.echo(f"\nstore: {result.store}")
+    click.echo(f"\nstore:   {result.store}\ndataset: {result.dataset}\nreport:  {result.report}")
+    click.echo(f"done in {time.monotonic() - started:.1f}s")

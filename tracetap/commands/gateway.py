@@ -28,12 +28,14 @@ def _listen(ctx: click.Context, param: click.Parameter, value: str) -> tuple[str
 @click.option("--served-model", default=None, help="Model name the upstream serves (default: ask it).")
 @click.option("--script", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
               help="Scripted mode for the embedded engine: JSONL of assistant messages per session.")
+@click.option("--max-model-len", type=click.IntRange(min=16), default=4096, show_default=True,
+              help="Context length of the embedded engine (real harness CLIs need ~40960).")
 @click.option("--timeout", type=click.FloatRange(min=0.1), default=600.0, show_default=True,
               help="Seconds to wait for one upstream answer (then 504).")
 @click.option("--idle-compact", type=click.FloatRange(min=0), default=300.0, show_default=True,
               help="Compact a session's files after this many idle seconds.")
 def command(store: Path, listen: tuple[str, int], upstream: str, upstream_kind: str, served_model: str | None,
-            script: Path | None, timeout: float, idle_compact: float) -> None:
+            script: Path | None, max_model_len: int, timeout: float, idle_compact: float) -> None:
     """Run the gateway until Ctrl-C / SIGTERM.
 
     Point a harness at the printed base URLs; every call is recorded in STORE at token level.
@@ -46,24 +48,29 @@ def command(store: Path, listen: tuple[str, int], upstream: str, upstream_kind: 
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     if script is not None and upstream != LOCAL:
         raise click.UsageError("--script drives the embedded engine; it cannot be used with --upstream URL")
-    engine = _start_engine(script, served_model) if upstream == LOCAL else None
+    engine = _start_engine(script, served_model, max_model_len) if upstream == LOCAL else None
     try:
         url = engine.url if engine else upstream
         run_gateway(store, *listen, url, upstream_kind, served_model, confdir=home_dir() / "mitmproxy",
                     on_ready=lambda host, port: _announce(host, port, store, url, upstream_kind),
-                    timeout=timeout, idle_seconds=idle_compact)
+                    timeout=timeout, idle_seconds=idle_compact, compact_every=_compact_every(idle_compact))
     finally:
         if engine:
             engine.stop()
 
 
-def _start_engine(script: Path | None, served_model: str | None):
+def _compact_every(idle_seconds: float) -> float:
+    """Look for idle sessions often enough to honour short idle times, at most every 30 s."""
+    return max(0.5, min(30.0, idle_seconds / 2))
+
+
+def _start_engine(script: Path | None, served_model: str | None, max_model_len: int):
     from engine.script import ScriptError
     from engine.server import EngineServer
 
     kwargs = {"served_model": served_model} if served_model else {}
     try:
-        return EngineServer("127.0.0.1", 0, script=script, **kwargs).start()
+        return EngineServer("127.0.0.1", 0, script=script, max_model_len=max_model_len, **kwargs).start()
     except ScriptError as exc:
         raise click.BadParameter(str(exc), param_hint="--script") from None
 
