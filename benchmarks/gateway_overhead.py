@@ -105,8 +105,9 @@ def main() -> None:
     print("| sessions | direct median ms | gateway median ms | added median ms | added p99 ms | gateway calls/s |")
     print("|---|---|---|---|---|---|")
     for sessions, base, through in rows:
+        added, added_p99 = through["median"] - base["median"], through["p99"] - base["p99"]
         print(f"| {sessions} | {base['median']:.2f} | {through['median']:.2f} | "
-              f"{through['median'] - base['median']:.2f} | {through['p99'] - base['p99']:.2f} | {through['rate']:.0f} |")
+              f"{added:.2f} | {added_p99:.2f} | {through['rate']:.0f} |")
 
 
 if __name__ == "__main__":

@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from mitmproxy import ctx, http
 
+from capture.replay import RecordedStore, ReplayUpstream
 from capture.service import FALLBACK_API, MAX_BODY, GatewayService, Reply, error_reply
 from capture.upstream import UpstreamClient
 from store import StoreWriter
@@ -30,6 +32,10 @@ class Settings:
     max_body: int = MAX_BODY
     compact_every: float = 30.0
     idle_seconds: float = 300.0
+    replay: Path | None = None  # replay mode: answer from this store (capture/replay.py)
+    replay_session: str | None = None
+    replay_miss: str = "error"
+    replay_ignore: tuple[str, ...] = ()
 
 
 class Gateway:
@@ -47,6 +53,10 @@ class Gateway:
         loader.add_option("tracetap_max_body", int, MAX_BODY, "Largest accepted request body, in bytes.")
         loader.add_option("tracetap_compact_every", float, 30.0, "Seconds between idle-compaction passes.")
         loader.add_option("tracetap_idle_seconds", float, 300.0, "Sessions idle this long get compacted.")
+        loader.add_option("tracetap_replay", str, "", "Replay mode: answer from this recorded store.")
+        loader.add_option("tracetap_replay_session", str, "", "Replay this session to every caller.")
+        loader.add_option("tracetap_replay_miss", str, "error", "Replay misses: error | forward.")
+        loader.add_option("tracetap_replay_ignore", Sequence[str], [], "Request paths replay matching ignores.")
 
     def configure(self, updated: set[str]) -> None:
         if not any(name.startswith("tracetap_") for name in updated) or not ctx.options.tracetap_store:
@@ -58,6 +68,9 @@ class Gateway:
             timeout=o.tracetap_timeout,
             max_body=o.tracetap_max_body, compact_every=o.tracetap_compact_every,
             idle_seconds=o.tracetap_idle_seconds,
+            replay=Path(o.tracetap_replay) if o.tracetap_replay else None,
+            replay_session=o.tracetap_replay_session or None, replay_miss=o.tracetap_replay_miss,
+            replay_ignore=tuple(o.tracetap_replay_ignore),
         )
 
     async def running(self) -> None:
@@ -65,6 +78,9 @@ class Gateway:
             raise RuntimeError("the tracetap gateway needs the tracetap_store option")
         s = self.settings
         upstream = UpstreamClient(s.upstream, s.upstream_kind, s.timeout, s.served_model)
+        if s.replay is not None:
+            upstream = ReplayUpstream(RecordedStore(s.replay), upstream, s.replay_miss, s.replay_session,
+                                      s.replay_ignore)
         self.service = GatewayService(StoreWriter(s.store), upstream, s.max_body)
         await upstream.discover()
         compaction = self.service.compact_idle_forever(s.compact_every, s.idle_seconds)
@@ -93,6 +109,4 @@ class Gateway:
             self._compaction.cancel()
         if self.service is not None:
             await self.service.upstream.aclose()
-            close = getattr(self.service.writer, "close", None)
-            if close is not None:
-                await asyncio.to_thread(close)
+            await asyncio.to_thread(self.service.writer.close)  # pending session rows reach disk

@@ -52,6 +52,7 @@ class Call:
     error: str | None = None
     upstream_body: dict | None = None
     upstream_ms: float | None = None
+    metadata: dict = field(default_factory=dict)  # from the upstream (a replay's capture_mode and source)
     created_at: datetime = field(default_factory=lambda: datetime.now(UTC))
     started: float = field(default_factory=time.perf_counter)
 
@@ -91,7 +92,7 @@ def _token_columns(capture: TokenCapture) -> dict:
 
 def _metadata(call: Call, capture_mode: str) -> dict:
     meta = {"capture_mode": capture_mode, "session_source": call.session_source,
-            "user_agent": call.user_agent, "harness": harness_hint(call.user_agent)}
+            "user_agent": call.user_agent, "harness": harness_hint(call.user_agent), **call.metadata}
     if call.capture is not None and call.capture.stop_reason is not None:
         meta["stop_reason"] = call.capture.stop_reason
     return {k: v for k, v in meta.items() if v is not None}

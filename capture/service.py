@@ -15,7 +15,7 @@ import logging
 import time
 import uuid
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 
 from capture import detect as routes
@@ -33,7 +33,9 @@ FALLBACK_API = "openai_chat"
 JSON_TYPE = "application/json"
 SSE_HEADERS = {"content-type": "text/event-stream", "cache-control": "no-cache", "x-accel-buffering": "no"}
 EXPLICIT_SOURCES = ("path", "header", "query")  # ids a harness named, so later API keys may reuse them
-_UPSTREAM_KINDS = {"timeout": "timeout", "http": "upstream_error"}  # else upstream_unreachable
+# UpstreamError kind -> error kind of the reply (else upstream_unreachable), and -> recorded status
+_UPSTREAM_KINDS = {"timeout": "timeout", "http": "upstream_error", "replay_miss": "not_found"}
+_FAILED_STATUS = {"timeout": "timeout", "replay_miss": "client_error"}  # else upstream_error
 
 
 class Reject(Exception):
@@ -125,7 +127,7 @@ class GatewayService:
 
     async def _generate(self, request: Request, route: routes.Route, binding, data: dict) -> Reply:
         adapter = _adapter(route.api)
-        ctx = await self._context(route, binding, data)
+        ctx = await self._context(route, binding, data, request.created_at)
         chat_request = _translate(adapter, data, ctx)
         if binding.source in EXPLICIT_SOURCES:
             self.registered.add(binding.session_id)
@@ -141,6 +143,9 @@ class GatewayService:
             return await self._upstream_failed(call, adapter, exc)
         call.chat_request, call.capture, call.upstream_ms = result.request, result.capture, result.ms
         call.served_model = result.body.get("model") or call.served_model
+        call.metadata = result.metadata
+        if result.reply_as is not None:  # a replay shows the recorded call's ids, byte for byte
+            ctx = replace(ctx, completion_id=result.reply_as[0], created=result.reply_as[1])
         call.response_body = adapter.from_chat_response(result.body, ctx)
         events = adapter.to_sse_events(result.body, ctx) if route.stream else None
         await self._record(call)
@@ -149,18 +154,19 @@ class GatewayService:
             return Reply(200, _dumps(call.response_body), {"content-type": JSON_TYPE, **headers})
         return Reply(200, b"".join(events), {**SSE_HEADERS, **headers})
 
-    async def _context(self, route: routes.Route, binding, data: dict) -> RequestContext:
+    async def _context(self, route: routes.Route, binding, data: dict, received: datetime) -> RequestContext:
         requested = route.model or "unknown"
         served = await self.upstream.resolve_model(requested)
         return RequestContext(
             requested_model=requested, served_model=served or requested, stream=route.stream,
-            completion_id="cmpl-" + uuid.uuid4().hex, created=int(time.time()), path=binding.path,
+            completion_id="cmpl-" + uuid.uuid4().hex, created=int(received.timestamp()), path=binding.path,
             extra={"request": data, "session_id": binding.session_id},
         )
 
     async def _upstream_failed(self, call: Call, adapter, exc: UpstreamError) -> Reply:
         kind = _UPSTREAM_KINDS.get(exc.kind, "upstream_unreachable")
-        call.status = "timeout" if exc.kind == "timeout" else "upstream_error"
+        call.status = _FAILED_STATUS.get(exc.kind, "upstream_error")
+        call.metadata = exc.metadata
         call.http_status, call.error, call.upstream_body = exc.status, str(exc), exc.body
         call.chat_request = exc.request or call.chat_request
         call.response_body = adapter.error_body(exc.status, str(exc), kind)
@@ -180,7 +186,7 @@ class GatewayService:
         adapter = _adapter(route.api)
         if not hasattr(adapter, "count_tokens_body"):
             raise Reject(404, f"{route.api} has no token-count endpoint", "not_found")
-        ctx = await self._context(route, binding, data)
+        ctx = await self._context(route, binding, data, request.created_at)
         try:
             count = await self.upstream.tokenize(_translate(adapter, data, ctx))
         except UpstreamError as exc:

@@ -1,7 +1,8 @@
 """The upstream engine client (vLLM, SGLang, the embedded engine) and the pure parsers of its answers.
 
-The gateway always calls `/v1/chat/completions` non-streaming and asks for token data. Parsing is
-pure and kept apart from I/O so real vLLM bodies (fixtures) and live answers go through one path:
+The gateway always calls `/v1/chat/completions` non-streaming and asks for token data, over a
+keep-alive pool (capture/http1.py). Parsing is pure and kept apart from I/O so real vLLM bodies
+(fixtures) and live answers go through one path:
 `parse_chat_response(body) -> TokenCapture`, `parse_chat_stream(sse_text) -> TokenCapture`.
 """
 
@@ -12,10 +13,11 @@ import json
 import time
 from dataclasses import dataclass, field
 
-import httpx
+from capture.http1 import Pool, Response
 
 KINDS = ("vllm", "sglang")
 SESSION_HEADER = "x-tracetap-session"
+JSON_HEADERS = {"content-type": "application/json", "accept": "application/json"}
 _META_TOKEN_KEYS = ("output_token_logprobs", "output_top_logprobs", "input_token_logprobs",
                     "input_top_logprobs", "prompt_token_ids", "output_ids")
 
@@ -29,6 +31,7 @@ class UpstreamError(Exception):
         self.status = status
         self.body = body
         self.request: dict | None = None  # what was sent, when the call got that far
+        self.metadata: dict = {}  # added to the record's metadata_json (replay provenance)
 
 
 @dataclass
@@ -53,6 +56,8 @@ class UpstreamResult:
     body: dict     # vLLM-shaped answer, token arrays included
     capture: TokenCapture
     ms: float
+    metadata: dict = field(default_factory=dict)  # added to the record's metadata_json (replay provenance)
+    reply_as: tuple[str, int] | None = None  # (completion id, created) the reply shows; None: the call's own
 
 
 def with_token_flags(chat_request: dict, kind: str = "vllm") -> dict:
@@ -249,7 +254,7 @@ def error_message(body: object, fallback: str) -> str:
 
 
 class UpstreamClient:
-    """One pooled keep-alive connection set to the engine. Create and use it inside one event loop."""
+    """A keep-alive connection pool to the engine. Create and use it inside one event loop."""
 
     def __init__(self, base_url: str, kind: str = "vllm", timeout: float = 600.0,
                  served_model: str | None = None, connect_timeout: float = 10.0):
@@ -257,20 +262,17 @@ class UpstreamClient:
             raise ValueError(f"unknown upstream kind {kind!r}; expected one of {', '.join(KINDS)}")
         self.base_url = base_url.rstrip("/").removesuffix("/v1")
         self.kind = kind
+        self.timeout = timeout
         self.served_model = served_model
         self.models: list[str] = [served_model] if served_model else []
-        self._http = httpx.AsyncClient(
-            base_url=self.base_url,
-            timeout=httpx.Timeout(timeout, connect=connect_timeout),
-            limits=httpx.Limits(max_connections=256, max_keepalive_connections=64),
-        )
+        self._pool = Pool(self.base_url, connect_timeout)
 
     async def discover(self) -> list[str]:
         """Learn the served model names from `/v1/models`; an unreachable upstream is not fatal here."""
         try:
-            response = await self._http.get("/v1/models", timeout=5.0)
-            names = [m["id"] for m in response.json().get("data", []) if isinstance(m.get("id"), str)]
-        except (httpx.HTTPError, ValueError, AttributeError, KeyError, TypeError):
+            response = await self._pool.request("GET", "/v1/models", timeout=5.0)
+            names = [m["id"] for m in json.loads(response.content)["data"] if isinstance(m.get("id"), str)]
+        except (ConnectionError, TimeoutError, ValueError, AttributeError, KeyError, TypeError):
             return self.models
         self.models = list(dict.fromkeys(self.models + names))
         self.served_model = self.served_model or (names[0] if names else None)
@@ -289,7 +291,7 @@ class UpstreamClient:
         headers = {SESSION_HEADER: session_id} if session_id else {}
         started = time.perf_counter()
         try:
-            body = self._decode(await self._post("/v1/chat/completions", sent, headers))
+            body = _decode(await self._post("/v1/chat/completions", sent, headers))
         except UpstreamError as exc:
             exc.request = sent
             raise
@@ -302,34 +304,34 @@ class UpstreamClient:
         keys = ("model", "messages", "tools", "chat_template_kwargs")
         payload = {k: chat_request[k] for k in keys if k in chat_request}
         payload["add_generation_prompt"] = True
-        response = await self._post("/tokenize", payload, {})
-        return int(self._decode(response).get("count", 0))
+        return int(_decode(await self._post("/tokenize", payload, {})).get("count", 0))
 
     async def aclose(self) -> None:
-        await self._http.aclose()
+        await self._pool.aclose()
 
-    async def _post(self, path: str, payload: dict, headers: dict) -> httpx.Response:
+    async def _post(self, path: str, payload: dict, headers: dict) -> Response:
+        body = json.dumps(payload, ensure_ascii=False).encode()
         try:
-            return await self._http.post(path, json=payload, headers=headers)
-        except httpx.ConnectTimeout as exc:
-            raise UpstreamError("unreachable", f"upstream {self.base_url} unreachable: {exc!r}", 502) from exc
-        except httpx.TimeoutException as exc:
+            return await self._pool.request("POST", path, body, {**JSON_HEADERS, **headers}, self.timeout)
+        except TimeoutError as exc:
             raise UpstreamError("timeout", f"upstream {self.base_url} timed out", 504) from exc
-        except httpx.HTTPError as exc:
-            raise UpstreamError("unreachable", f"upstream {self.base_url} unreachable: {exc!r}", 502) from exc
+        except ConnectionError as exc:
+            raise UpstreamError("unreachable", f"upstream {self.base_url} unreachable: {exc}", 502) from exc
 
-    @staticmethod
-    def _decode(response: httpx.Response) -> dict:
-        try:
-            body = response.json() if response.content else None
-        except ValueError:
-            body = None
-        if body is None and "text/event-stream" in response.headers.get("content-type", ""):
-            body = fold_chat_stream(response.text)
-        if response.status_code >= 400:
-            parsed = body if isinstance(body, dict) else {"error": {"message": response.text[:2000]}}
-            message = error_message(parsed, f"upstream answered HTTP {response.status_code}")
-            raise UpstreamError("http", message, response.status_code, parsed)
-        if not isinstance(body, dict):
-            raise UpstreamError("invalid", "upstream answered with a body that is not a JSON object", 502)
-        return body
+
+def _decode(response: Response) -> dict:
+    """The answer as a JSON object (a streamed answer is folded); HTTP errors raise UpstreamError."""
+    try:
+        body = json.loads(response.content) if response.content else None
+    except ValueError:
+        body = None
+    if body is None and "text/event-stream" in response.content_type:
+        body = fold_chat_stream(response.content.decode("utf-8", "replace"))
+    if response.status >= 400:
+        text = response.content.decode("utf-8", "replace")[:2000]
+        parsed = body if isinstance(body, dict) else {"error": {"message": text}}
+        message = error_message(parsed, f"upstream answered HTTP {response.status}")
+        raise UpstreamError("http", message, response.status, parsed)
+    if not isinstance(body, dict):
+        raise UpstreamError("invalid", "upstream answered with a body that is not a JSON object", 502)
+    return body

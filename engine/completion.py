@@ -102,7 +102,9 @@ class Engine:
         self, request: ChatRequest, prompt: list[int], budget: int, session: str | None,
     ) -> Completion:
         """The session's next scripted reply, tokenized as the template renders it, scored by the model."""
-        reply = self.script.next_reply(session)
+        reply = self.script.next_reply(session, has_tools=request.parse_tools)
+        if reply is None:
+            raise EngineError(f"No script line matches this request (has_tools={request.parse_tools}).")
         forced = self.tokenizer.encode(self.tokenizer.assistant_turn(request.messages, reply, request.tools))
         steps = self.model.score(prompt, forced[:budget], request.top_logprobs)
         if len(forced) > budget:

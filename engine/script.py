@@ -4,6 +4,11 @@ One line per reply, in Chat Completions shape:
     {"content": "Looking.", "tool_calls": [{"function": {"name": "Bash", "arguments": {"command": "ls"}}}]}
     {"content": "Done.", "reasoning": "The listing answered it."}
 `arguments` may be an object or a JSON string. A session that has used every line keeps getting the last one.
+
+A line may carry a condition, `"when": {"has_tools": false}`: only requests that match it can use it. Each
+request takes its session's first unused line that it matches (the last matching line again once all are
+used), so side calls of a real harness (titles, checks, sent without tools) do not eat the tool-calling
+lines of its main loop, whichever order they arrive in. Lines without `when` match every request.
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 DEFAULT_SESSION = "default"
+CONDITIONS = {"has_tools": bool}  # condition name -> the type of its value
 
 
 class ScriptError(ValueError):
@@ -23,32 +29,41 @@ class ScriptError(ValueError):
 class Script:
     """The replies and, per session, how many of them that session has used."""
 
-    def __init__(self, replies: list[dict[str, Any]]) -> None:
+    def __init__(self, replies: list[dict[str, Any]], conditions: list[dict[str, Any]] | None = None) -> None:
         if not replies:
             raise ScriptError("a script needs at least one reply")
         self.replies = replies
-        self._used: dict[str, int] = {}
+        self.conditions = conditions or [{} for _ in replies]  # one `when` per reply; {} matches all
+        self._used: dict[str, set[int]] = {}
         self._lock = threading.Lock()
 
     @classmethod
     def load(cls, path: Path) -> Script:
         """Read a JSONL script; blank lines are skipped; errors name the line."""
-        replies = []
+        replies, conditions = [], []
         for number, line in enumerate(Path(path).read_text().splitlines(), start=1):
             if line.strip():
                 try:
-                    replies.append(_reply(json.loads(line)))
+                    data = json.loads(line)
+                    replies.append(_reply(data))
+                    conditions.append(_condition(data.get("when")))
                 except (json.JSONDecodeError, ScriptError) as exc:
                     raise ScriptError(f"{path}:{number}: {exc}") from None
-        return cls(replies)
+        return cls(replies, conditions)
 
-    def next_reply(self, session: str | None) -> dict[str, Any]:
-        """The session's next reply (the last one again once the script is used up)."""
-        session = session or DEFAULT_SESSION
+    def next_reply(self, session: str | None, has_tools: bool = False) -> dict[str, Any] | None:
+        """The session's first unused line this request matches (the last match again once all are
+        used); None when no line matches it."""
+        facts = {"has_tools": has_tools}
+        matching = [i for i, when in enumerate(self.conditions)
+                    if all(facts[name] == value for name, value in when.items())]
+        if not matching:
+            return None
         with self._lock:
-            index = self._used.get(session, 0)
-            self._used[session] = index + 1
-        return self.replies[min(index, len(self.replies) - 1)]
+            used = self._used.setdefault(session or DEFAULT_SESSION, set())
+            index = next((i for i in matching if i not in used), matching[-1])
+            used.add(index)
+        return self.replies[index]
 
 
 def _reply(line: Any) -> dict[str, Any]:
@@ -69,6 +84,20 @@ def _reply(line: Any) -> dict[str, Any]:
     if calls:
         reply["tool_calls"] = calls
     return reply
+
+
+def _condition(when: Any) -> dict[str, Any]:
+    """A line's `when`: an object of known conditions with values of the right type."""
+    if when is None:
+        return {}
+    if not isinstance(when, dict):
+        raise ScriptError("`when` must be a JSON object")
+    for name, value in when.items():
+        if name not in CONDITIONS:
+            raise ScriptError(f"unknown condition {name!r} in `when` (known: {', '.join(CONDITIONS)})")
+        if not isinstance(value, CONDITIONS[name]):
+            raise ScriptError(f"`when.{name}` must be a {CONDITIONS[name].__name__}")
+    return dict(when)
 
 
 def _tool_call(call: Any) -> dict[str, Any]:

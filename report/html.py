@@ -2,6 +2,7 @@
 
 Token spans carry one-letter classes to keep long traces light: `p` prompt, `t` trainable (loss 1),
 `i` interstitial (loss 0); trainable tokens add a logprob heat class `h0`..`h4` (h4 least likely).
+Neighbouring tokens alternate two shades of their kind's color so token boundaries show.
 Every token's id, logprob and sampling call are in its `title` tooltip. Markers `.m` show where each
 call's sampled tokens begin. Long prompts sit in a closed `<details>`: in the page, one click away.
 """
@@ -29,8 +30,10 @@ OPEN_PROMPT_TOKENS = 400
 
 CSS = """
 body{font:14px/1.45 system-ui,sans-serif;margin:0 auto;max-width:1200px;padding:1em 2em;color:#1d2125}
-h1{font-size:1.5em}h2{margin-top:1.6em;border-bottom:1px solid #ccd}h3{font-size:1.05em;margin:.2em 0}
+h1{font-size:1.5em}h2{margin-top:1.6em;border-bottom:1px solid #ccd}
+.turn>:first-child,.trace>:first-child{font-size:1.05em;margin:.2em 0}
 table{border-collapse:collapse}td,th{border:1px solid #ccd;padding:.2em .5em;text-align:left}
+.summary td:first-child{white-space:nowrap}
 td.n{text-align:right;font-variant-numeric:tabular-nums}
 .facts{display:flex;flex-wrap:wrap;gap:.2em 1.2em;margin:.3em 0;color:#3a4148}.facts b{color:#1d2125}
 .turn{border:1px solid #ccd;border-radius:6px;padding:.6em .9em;margin:.8em 0}
@@ -43,6 +46,7 @@ pre{white-space:pre-wrap;word-break:break-word;margin:.3em 0;background:#f6f7f9;
 .tokens{font:12px/1.7 ui-monospace,SFMono-Regular,Menlo,monospace;white-space:pre-wrap;word-break:break-all;
  border:1px solid #dde;padding:.5em}
 .p{background:#e4e7eb;color:#4a525a}.t{background:#a8e6b8}.i{background:#ffd98a}
+.p:nth-child(even){background:#d5d9de}.t:nth-child(even){background:#8fdca3}.i:nth-child(even){background:#fccb6a}
 .h1{box-shadow:inset 0 -2px #c0ca33}.h2{box-shadow:inset 0 -3px #ffa000}
 .h3{box-shadow:inset 0 -3px #f4511e}.h4{box-shadow:inset 0 -3px #b71c1c}
 .m{font:italic 10px sans-serif;color:#fff;background:#3949ab;border-radius:3px;padding:0 3px;margin:0 2px}
@@ -66,7 +70,7 @@ def session_section(view: SessionView, level: int = 2) -> str:
     parts = [f'<section class="session" id="session-{sid}" data-session="{sid}">',
              f"<h{level}>Session {sid}</h{level}>", _session_facts(view),
              f"<h{level + 1}>Turns ({len(view.turns)})</h{level + 1}>"]
-    parts += [_turn(view.session_id, turn) for turn in view.turns]
+    parts += [_turn(view.session_id, turn, level + 2) for turn in view.turns]
     parts.append(_traces(view, level + 1))
     parts.append("</section>")
     return "\n".join(parts)
@@ -94,7 +98,7 @@ def _session_facts(view: SessionView) -> str:
                    ("started", view.started_at), ("ended", view.ended_at), ("rewards", rewards or None)])
 
 
-def _turn(sid: str, turn: TurnView) -> str:
+def _turn(sid: str, turn: TurnView, level: int) -> str:
     status = f'<span class="{"ok" if turn.status == "ok" else "bad"}">{escape(turn.status)}</span>'
     model = turn.served_model if turn.requested_model in (None, turn.served_model) \
         else f"{turn.requested_model} → {turn.served_model}"
@@ -104,7 +108,7 @@ def _turn(sid: str, turn: TurnView) -> str:
                     ("completion", turn.completion_tokens), ("mean logprob", turn.mean_logprob),
                     ("stream", turn.stream), ("capture", turn.capture_mode)])
     parts = [f'<article class="turn" id="{escape(sid)}-turn-{turn.seq}" data-seq="{turn.seq}">',
-             f"<h3>#{turn.seq} {status} <small>{escape(turn.completion_id)}</small></h3>", facts]
+             f"<h{level}>#{turn.seq} {status} <small>{escape(turn.completion_id)}</small></h{level}>", facts]
     if turn.error:
         parts.append(f'<p class="error">{escape(turn.error)}</p>')
     if turn.inputs:
@@ -126,10 +130,11 @@ def _turn(sid: str, turn: TurnView) -> str:
 
 def _traces(view: SessionView, level: int) -> str:
     if view.builder is None:
-        return (f"<h{level}>Trajectories</h{level}><p>No trajectories for this session yet "
-                "(run <code>tracetap build</code>).</p>")
-    body = "\n".join(_trace(view.session_id, trace) for trace in view.traces)
-    return f"<h{level}>Trajectories: {escape(view.builder)} ({len(view.traces)})</h{level}>{LEGEND}\n{body}"
+        return (f'<h{level} class="trajectories">Trajectories</h{level}>'
+                "<p>No trajectories for this session yet (run <code>tracetap build</code>).</p>")
+    title = f"Trajectories: {escape(view.builder)} ({len(view.traces)})"
+    traces = "\n".join(_trace(view.session_id, trace, level + 1) for trace in view.traces)
+    return f'<h{level} class="trajectories">{title}</h{level}>{LEGEND}\n{traces}'
 
 
 def _legend() -> str:
@@ -144,7 +149,7 @@ def _legend() -> str:
 LEGEND = _legend()
 
 
-def _trace(sid: str, trace: TraceView) -> str:
+def _trace(sid: str, trace: TraceView, level: int) -> str:
     label = f"Trace {trace.trace_index} · chain {trace.chain_index} · segment {trace.segment_index}"
     brk = f' <span class="break">break: {escape(trace.break_reason)}</span>' if trace.break_reason else ""
     facts = _facts([("status", trace.status), ("finish", trace.finish_reason),
@@ -157,7 +162,7 @@ def _trace(sid: str, trace: TraceView) -> str:
     markers = {index - len(prompt): seq for index, seq in span_starts(trace).items()}
     opened = " open" if len(prompt) <= OPEN_PROMPT_TOKENS else ""
     return (f'<section class="trace" id="{escape(sid)}-trace-{trace.trace_index}">'
-            f"<h4>{escape(label)}{brk}</h4>{facts}"
+            f"<h{level}>{escape(label)}{brk}</h{level}>{facts}"
             f"<details{opened}><summary>prompt: {len(prompt)} tokens</summary>"
             f'<div class="tokens">{"".join(map(_token, prompt))}</div></details>'
             f'<div class="tokens">{_response(response, markers)}</div></section>')
@@ -180,9 +185,9 @@ def _token(token: TokenView) -> str:
 
 def _tooltip(token: TokenView) -> str:
     if token.kind == PROMPT:
-        return f"id {token.token_id} · prompt"
+        return f"id {token.token_id}"
     if token.kind == INTER:
-        return f"id {token.token_id} · interstitial (loss 0, not sampled)"
+        return f"id {token.token_id} · not sampled"
     logprob = "n/a" if token.logprob is None else f"{token.logprob:.4f}"
     sampled = "" if token.seq is None else f" · seq {token.seq}"
     return f"id {token.token_id} · logprob {logprob}{sampled}"

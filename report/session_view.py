@@ -147,7 +147,7 @@ def load_session_view(store_root: Path | str, session_id: str, decode_token: Cal
 
 
 def _rows(con, sql: str, params: list) -> list[dict]:
-    return con.execute(sql, params).to_arrow_table().to_pylist()
+    return con.sql(sql, params=params).to_arrow_table().to_pylist()
 
 
 def _session(con, sid: str, turns: list[TurnView]) -> SessionView:

@@ -1,8 +1,8 @@
 """A session in the terminal: one block per turn, then each trace's tokens colored by kind.
 
 Colors come from click.style, so `click.echo` drops them when the output is not a terminal. Prompt
-tokens are dim, trainable tokens (loss 1) green, interstitial tokens (loss 0) yellow; trainable
-tokens the model found unlikely (logprob below -2) are underlined.
+tokens are dim, trainable tokens (loss 1) green, interstitial tokens (loss 0) yellow, in two alternating shades so token
+boundaries show; trainable tokens the model found unlikely (logprob below -2) are underlined.
 """
 
 from __future__ import annotations
@@ -24,6 +24,8 @@ from report.session_view import (
 
 STYLES = {PROMPT: {"fg": "bright_black"}, TRAIN: {"fg": "black", "bg": "green"},
           INTER: {"fg": "black", "bg": "yellow"}}
+SHADES = {PROMPT: {"fg": "white"}, TRAIN: {"fg": "black", "bg": "bright_green"},
+          INTER: {"fg": "black", "bg": "bright_yellow"}}  # every other token
 UNDERLINE_FROM = 2  # heat level from which trainable tokens are underlined
 MAX_INPUT = 240
 
@@ -54,7 +56,8 @@ def _session_header(view: SessionView) -> str:
 
 
 def _turn(turn: TurnView) -> list[str]:
-    status = click.style(turn.status, fg="green" if turn.status == "ok" else "red", bold=turn.status != "ok")
+    status = click.style(turn.status, fg="green" if turn.status == "ok" else "red",
+                         bold=True if turn.status != "ok" else None)
     model = turn.served_model if turn.requested_model in (None, turn.served_model) \
         else f"{turn.requested_model} -> {turn.served_model}"
     tokens = f"{turn.prompt_tokens}+{turn.completion_tokens}" if turn.prompt_tokens is not None else None
@@ -107,13 +110,13 @@ def _tokens(trace: TraceView) -> str:
     for index, token in enumerate(trace.tokens):
         if index in starts:
             out.append(click.style(f"[#{starts[index]}]", fg="white", bg="blue"))
-        out.append(_token(token))
+        out.append(_token(token, SHADES if index % 2 else STYLES))
     return "".join(out)
 
 
-def _token(token: TokenView) -> str:
-    underline = token.heat is not None and token.heat >= UNDERLINE_FROM
+def _token(token: TokenView, styles: dict[str, dict]) -> str:
+    underline = True if token.heat is not None and token.heat >= UNDERLINE_FROM else None
     # newlines stay outside the styles so a background never runs to the end of the line
     lines = visible_text(token.text).split("\n")
-    return "\n".join(click.style(line, underline=underline, **STYLES[token.kind]) if line else ""
+    return "\n".join(click.style(line, underline=underline, **styles[token.kind]) if line else ""
                      for line in lines)

@@ -8,7 +8,6 @@ model name and without token arrays; streams are replayed as chunks (protocols.m
 
 from __future__ import annotations
 
-import copy
 import time
 
 from capture.adapters.base import AdapterError, RequestContext, first_choice, reasoning_text, sse_frame
@@ -56,7 +55,7 @@ def to_chat_request(body: dict, ctx: RequestContext) -> dict:
     _check_messages(body.get("messages"))
     if body.get("n") not in (None, 1):
         raise AdapterError("n other than 1 is not supported: the gateway records one completion per call")
-    chat = {k: copy.deepcopy(v) for k, v in body.items() if k not in DROPPED_KEYS}
+    chat = {k: v for k, v in body.items() if k not in DROPPED_KEYS}  # shared values are never mutated
     chat["messages"] = [_normalize_message(m) for m in chat["messages"]]
     if "max_tokens" not in chat and "max_completion_tokens" in body:
         chat["max_tokens"] = body["max_completion_tokens"]
@@ -113,7 +112,7 @@ def _normalize_message(message: dict) -> dict:
 
 def from_chat_response(chat: dict, ctx: RequestContext) -> dict:
     """The upstream body as the harness expects it: its model name, our id, no token arrays."""
-    out = {k: copy.deepcopy(v) for k, v in chat.items() if k not in _UPSTREAM_ONLY}
+    out = {k: v for k, v in chat.items() if k not in _UPSTREAM_ONLY}  # shared values are never mutated
     out.update(id=ctx.completion_id, model=ctx.requested_model)
     keep_logprobs = _asked_logprobs(ctx)
     out["choices"] = [_client_choice(c, keep_logprobs) for c in chat.get("choices") or []]

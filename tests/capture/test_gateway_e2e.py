@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 import json
 import threading
+import time
 from pathlib import Path
 
 import httpx
@@ -52,6 +53,15 @@ def rows(gw, sql: str = "true") -> list[dict]:
 def snapshot(store: Path) -> dict[str, str]:
     return {str(p.relative_to(store)): hashlib.sha256(p.read_bytes()).hexdigest()
             for p in sorted(store.rglob("*")) if p.is_file() and p.name != ".writer.lock"}
+
+
+def settled(store: Path) -> dict[str, str]:
+    """A snapshot once the writer's background session-row rewrite of earlier calls is done."""
+    previous, current = None, snapshot(store)
+    while current != previous or any(name.endswith(".tmp") for name in current):
+        time.sleep(0.2)
+        previous, current = current, snapshot(store)
+    return current
 
 
 def run_agent(chat: openai.OpenAI, stream_second: bool) -> list[str]:
@@ -103,6 +113,18 @@ def test_raw_stream_chunks(gw):
     [row] = rows(gw, "session_id = 'sk-tap-raw-stream'")
     assert row["completion_id"] == chunks[0].id
     assert row["completion_tokens"] == chunks[-1].usage.completion_tokens
+
+
+def test_logprobs_the_client_asks_for(gw):
+    chat = client(gw, key="sk-tap-logprobs")
+    plain = chat.chat.completions.create(model="m", messages=FIRST_TURN, logprobs=True, top_logprobs=2)
+    with chat.chat.completions.stream(model="m", messages=FIRST_TURN, logprobs=True) as stream:
+        streamed = stream.get_final_completion()
+    first, second = rows(gw, "session_id = 'sk-tap-logprobs'")
+    assert [e.logprob for e in plain.choices[0].logprobs.content] == pytest.approx(first["logprobs"])
+    assert [len(t) for t in first["top_logprobs"]] == [2] * first["completion_tokens"]
+    assert [e.logprob for e in streamed.choices[0].logprobs.content] == pytest.approx(second["logprobs"])
+    assert second["top_logprobs"] is None
 
 
 def test_two_concurrent_sessions_never_mix(gw):
@@ -158,7 +180,7 @@ def earlier_data(gw):
 def test_bad_input_writes_nothing(gw, earlier_data, method, path, body, headers, status):
     if body is None:
         body = b'{"pad": "' + b"x" * (33 * 2**20) + b'"}'
-    before = snapshot(gw.store)
+    before = settled(gw.store)
     response = httpx.request(method, gw.url + path, content=body, headers=headers, timeout=60)
     assert response.status_code == status
     assert set(response.json()["error"]) == ERROR_KEYS

@@ -148,3 +148,15 @@ def test_idle_sessions_get_compacted(stub, tmp_path):
             assert time.monotonic() < deadline, [p.name for p in directory.iterdir()]
             time.sleep(0.2)
     assert [r["seq"] for r in stored(store, "idle-run")] == [0, 1]
+
+
+def test_gateway_in_front_of_a_separate_engine_process(engine, gateway, tmp_path):
+    script = tmp_path / "script.jsonl"
+    script.write_text(json.dumps({"content": "Hi from the script."}) + "\n")
+    gw = gateway("--upstream", engine(script).url)
+    chat = openai.OpenAI(base_url=f"{gw.url}/v1", api_key="sk-tap-engine", max_retries=0)
+    answer = chat.chat.completions.create(model="any", messages=CALL["messages"])
+    assert answer.choices[0].message.content == "Hi from the script." and answer.model == "any"
+    [row] = stored(gw.store, "sk-tap-engine")
+    assert row["served_model"] == "tracetap-tiny" and row["completion_token_ids"][-1] == 151645  # <|im_end|>
+    assert len(row["logprobs"]) == len(row["completion_token_ids"])

@@ -14,7 +14,7 @@ import json
 from pathlib import Path
 
 from builders import build
-from store import StoreWriter
+from store import StoreWriter, connect
 from tracetap.agent import TOOLS
 
 SYSTEM = {"role": "system", "content": "You are a careful coding agent."}
@@ -89,3 +89,8 @@ def make_view_store(root: Path, tok) -> Path:
     build(root, "prefix_merging", session_ids=["view-1"])
     build(root, "per_request", session_ids=["view-1", "view-2"])
     return root
+
+
+def query(root: Path, sql: str, *params) -> list[dict]:
+    """Rows of a query over the store's DuckDB views, as dicts."""
+    return connect(root).sql(sql, params=list(params)).to_arrow_table().to_pylist()

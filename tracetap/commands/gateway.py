@@ -34,11 +34,23 @@ def _listen(ctx: click.Context, param: click.Parameter, value: str) -> tuple[str
               help="Seconds to wait for one upstream answer (then 504).")
 @click.option("--idle-compact", type=click.FloatRange(min=0), default=300.0, show_default=True,
               help="Compact a session's files after this many idle seconds.")
+@click.option("--replay", type=click.Path(exists=True, file_okay=False, path_type=Path), default=None,
+              help="Replay mode: answer from the completions recorded in this store instead of a model.")
+@click.option("--replay-session", default=None,
+              help="Recorded session to replay to every caller (default: each caller's own session id).")
+@click.option("--replay-miss", type=click.Choice(["error", "forward"]), default="error", show_default=True,
+              help="A call with no recorded answer: a 404 in the caller's API shape, or sent to --upstream.")
+@click.option("--replay-ignore", multiple=True, metavar="FIELD",
+              help="Chat request field left out of replay matching, as a dotted path with * for any key or "
+                   "index, e.g. temperature or 'tools.*.function.description' (repeatable).")
 def command(store: Path, listen: tuple[str, int], upstream: str, upstream_kind: str, served_model: str | None,
-            script: Path | None, max_model_len: int, timeout: float, idle_compact: float) -> None:
+            script: Path | None, max_model_len: int, timeout: float, idle_compact: float, replay: Path | None,
+            replay_session: str | None, replay_miss: str, replay_ignore: tuple[str, ...]) -> None:
     """Run the gateway until Ctrl-C / SIGTERM.
 
     Point a harness at the printed base URLs; every call is recorded in STORE at token level.
+    With --replay OLD, calls are answered from the completions recorded in OLD (matched by their
+    normalized request, in recorded order per session) and recorded in STORE as replays.
 
     Example: tracetap gateway --store runs/store --script demo.jsonl
     """
@@ -48,15 +60,43 @@ def command(store: Path, listen: tuple[str, int], upstream: str, upstream_kind: 
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     if script is not None and upstream != LOCAL:
         raise click.UsageError("--script drives the embedded engine; it cannot be used with --upstream URL")
+    replaying = _replay_options(store, replay, replay_session, replay_miss, replay_ignore)
     engine = _start_engine(script, served_model, max_model_len) if upstream == LOCAL else None
     try:
         url = engine.url if engine else upstream
         run_gateway(store, *listen, url, upstream_kind, served_model, confdir=home_dir() / "mitmproxy",
-                    on_ready=lambda host, port: _announce(host, port, store, url, upstream_kind),
-                    timeout=timeout, idle_seconds=idle_compact, compact_every=_compact_every(idle_compact))
+                    on_ready=lambda host, port: _announce(host, port, store, url, upstream_kind, replay),
+                    timeout=timeout, idle_seconds=idle_compact, compact_every=_compact_every(idle_compact),
+                    **replaying)
     finally:
         if engine:
             engine.stop()
+
+
+def _replay_options(store: Path, replay: Path | None, session: str | None, miss: str,
+                    ignore: tuple[str, ...]) -> dict:
+    """The gateway's replay settings (none without --replay), checked before anything starts."""
+    from capture.replay_match import check_ignore_path
+    from store import StoreError, validate_session_id
+    from store.files import check_store
+
+    if replay is None:
+        if session or ignore:
+            raise click.UsageError("--replay-session and --replay-ignore need --replay STORE")
+        return {}
+    if replay.resolve() == store.resolve():
+        raise click.UsageError("--replay must name another store than --store: replayed calls of a session are "
+                               "recorded under the same session id and would change the files being replayed")
+    try:
+        check_store(replay)
+        if session:
+            validate_session_id(session)
+        for path in ignore:
+            check_ignore_path(path)
+    except (StoreError, ValueError) as exc:
+        raise click.BadParameter(str(exc)) from None
+    return {"replay": str(replay), "replay_session": session or "", "replay_miss": miss,
+            "replay_ignore": list(ignore)}
 
 
 def _compact_every(idle_seconds: float) -> float:
@@ -75,11 +115,13 @@ def _start_engine(script: Path | None, served_model: str | None, max_model_len: 
         raise click.BadParameter(str(exc), param_hint="--script") from None
 
 
-def _announce(host: str, port: int, store: Path, upstream: str, kind: str) -> None:
+def _announce(host: str, port: int, store: Path, upstream: str, kind: str, replay: Path | None = None) -> None:
     from capture.proxy import announce
 
     root = f"http://{host}:{port}"
     click.echo(f"recording into {store} (upstream {upstream}, {kind})")
+    if replay is not None:
+        click.echo(f"  answering from the completions recorded in {replay}")
     click.echo(f"  OpenAI Chat / Responses base URL: {root}/v1")
     click.echo(f"  Anthropic base URL:               {root}")
     click.echo(f"  Gemini base URL:                  {root}")

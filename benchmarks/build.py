@@ -1,0 +1,215 @@
+"""Build benchmark: per_request and prefix_merging against a plain DuckDB scan of the token columns.
+
+    python benchmarks/build.py --sessions 2000 --turns 50 --max-context 32768
+
+Writes a store of synthetic agent sessions through the real store writer (benchmarks/synthetic_chat.py),
+first `--also-at` sessions, then grown to `--sessions`, and at each size times, each in a fresh
+process: the floor (DuckDB summing the lengths of `prompt_token_ids` and `completion_token_ids`
+over the live completions files), then `builders.runner.build` with prefix_merging and per_request.
+The page cache is warm for all three (an untimed read of the store goes first). Reports tokens/s
+(prompt + sampled tokens of the store per second), the ratio to the scan, the RSS high-water mark of
+each process, bytes on disk per session and each builder's trace and training-token counts. Prints
+a Markdown table and a JSON line with the raw numbers. An existing `--out` with the same shape is
+grown, not regenerated.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import asdict
+from pathlib import Path
+
+import duckdb
+from synthetic_chat import Shape, session_id, write_sessions
+
+from builders.runner import build, list_sessions
+from store.catalog import table_files
+from store.compaction import compact_store
+
+KINDS = ("scan", "prefix_merging", "per_request")
+LABELS = {"scan": "DuckDB scan (floor)", "prefix_merging": "prefix_merging", "per_request": "per_request"}
+SCAN_SQL = ("SELECT count(*), sum(len(prompt_token_ids)), sum(len(completion_token_ids)) "
+            "FROM read_parquet(?)")
+STATS_SQL = ("SELECT count(*), max(tokens), sum(tokens) FROM (SELECT session_id, "
+             "sum(len(prompt_token_ids) + len(completion_token_ids)) AS tokens FROM read_parquet(?) GROUP BY 1)")
+TRACES_SQL = ("SELECT count(*), sum(len(prompt_token_ids) + len(response_token_ids)), sum(list_sum(loss_mask)) "
+              "FROM read_parquet(?)")
+
+
+def _peak_rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
+
+
+def _query(sql: str, files: list[str]) -> tuple:
+    """The one row of `sql` over the Parquet `files` (a fresh in-memory connection)."""
+    with duckdb.connect() as con:
+        return con.execute(sql, [files]).fetchone()
+
+
+def _completion_files(root: Path) -> list[str]:
+    return [str(path) for path in table_files(root, "completions")]
+
+
+def measure_here(kind: str, root: Path) -> dict:
+    """Run one measurement in this process (meant to be a fresh one): seconds, peak RSS, results."""
+    baseline = _peak_rss_mb()
+    start = time.perf_counter()
+    if kind == "scan":
+        rows, prompt, sampled = _query(SCAN_SQL, _completion_files(root))
+        result = {"rows": rows, "tokens": int(prompt + sampled)}
+    else:
+        summary = build(root, kind)
+        result = {key: value for key, value in summary.to_dict().items() if key != "session_stats"}
+        result["not_trainable"] = len(result["not_trainable"])
+    seconds = time.perf_counter() - start
+    return {"kind": kind, "seconds": seconds, "peak_rss_mb": _peak_rss_mb(), "baseline_rss_mb": baseline, **result}
+
+
+def measure(kind: str, root: Path) -> dict:
+    """One measurement in a fresh subprocess, so its peak RSS is its own."""
+    done = subprocess.run([sys.executable, __file__, "--measure", kind, "--out", str(root)],
+                          capture_output=True, text=True)
+    if done.returncode:
+        raise RuntimeError(f"measuring {kind} failed:\n{done.stderr}")
+    return json.loads(done.stdout.splitlines()[-1])
+
+
+def _size(paths) -> int:
+    return sum(path.stat().st_size for path in paths if path.is_file())
+
+
+def trace_counts(root: Path, builder: str) -> dict:
+    """Traces, tokens in them (prompt + response) and loss-mask-1 tokens, as stored."""
+    files = sorted(root.glob(f"trajectories/builder={builder}/session_id=*/*.parquet"))
+    traces, tokens, trained = _query(TRACES_SQL, [str(path) for path in files])
+    return {"traces": traces, "trace_tokens": int(tokens), "loss_tokens": int(trained),
+            "output_bytes": _size(files)}
+
+
+def grow(root: Path, sessions: int, shape: Shape, writers: int, staging: Path) -> dict:
+    """Record the sessions the store lacks, then compact it; timings of both."""
+    have = set(list_sessions(root)) if root.exists() else set()
+    missing = [index for index in range(sessions) if session_id(index) not in have]
+    start = time.perf_counter()
+    rows = write_sessions(root, missing, shape, writers, staging) if missing else 0
+    written = time.perf_counter() - start
+    merged = compact_store(root)  # close_session compacted each session already: expect nothing left
+    return {"sessions_written": len(missing), "rows_written": rows, "write_seconds": written,
+            "compaction_left": len(merged), "compact_seconds": time.perf_counter() - start - written}
+
+
+def run_stage(root: Path, sessions: int, shape: Shape, writers: int, staging: Path) -> dict:
+    """Grow the store to `sessions`, then measure the scan and both builders."""
+    stage = {"sessions": sessions, **grow(root, sessions, shape, writers, staging)}
+    files = _completion_files(root)
+    count, largest, tokens = _query(STATS_SQL, files)  # also warms the page cache
+    stage.update(store_sessions=count, store_tokens=int(tokens), largest_session_tokens=int(largest),
+                 disk_bytes_per_session=_size(Path(f) for f in files) / count
+                 + _size(root.glob("sessions/*/*.parquet")) / count)
+    stage["results"] = {kind: measure(kind, root) for kind in KINDS}
+    for builder in KINDS[1:]:
+        stage["results"][builder].update(trace_counts(root, builder))
+    stage["checks"] = checks(stage)
+    return stage
+
+
+def checks(stage: dict) -> dict:
+    """What the synthetic sessions guarantee: one drift-free chain each, nothing lost by either builder."""
+    results = stage["results"]
+    merged, per_request = results["prefix_merging"], results["per_request"]
+    return {
+        "scan_saw_every_token": results["scan"]["tokens"] == stage["store_tokens"],
+        "one_chain_per_session": merged["chains"] == merged["segments"] == stage["sessions"],
+        "no_drift_or_breaks": merged["drift_tokens"] == 0 and not merged["break_reasons"],
+        "same_loss_tokens": merged["loss_tokens"] == per_request["loss_tokens"],
+        "one_trace_per_call": per_request["traces"] == results["scan"]["rows"],
+    }
+
+
+def _table_row(stage: dict, kind: str, scan_seconds: float) -> str:
+    r = stage["results"][kind]
+    cells = [f"{stage['sessions']:,}", LABELS[kind], f"{r['seconds']:.1f}",
+             f"{stage['store_tokens'] / r['seconds'] / 1e6:.1f}", f"{r['seconds'] / scan_seconds:.2f}",
+             f"{r['peak_rss_mb']:.0f}"]
+    if kind == "scan":
+        cells += ["-"] * 4
+    else:
+        cells += [f"{r['traces']:,}", f"{r['trace_tokens']:,}", f"{r['loss_tokens']:,}",
+                  f"{r['output_bytes'] / stage['sessions'] / 2**20:.2f}"]
+    return "| " + " | ".join(cells) + " |"
+
+
+def markdown(stages: list[dict], shape: Shape) -> str:
+    last = stages[-1]
+    lines = [
+        f"Synthetic store: {last['sessions']:,} sessions x {shape.turns} turns, context growing to "
+        f"{shape.max_context:,} tokens ({last['store_tokens'] / 1e9:.2f} G prompt + sampled tokens, "
+        f"{last['disk_bytes_per_session'] / 2**20:.1f} MiB on disk per session, largest session "
+        f"{last['largest_session_tokens'] * 4 / 2**20:.1f} MiB of int32 ids). Warm page cache; DuckDB "
+        "uses every core, the builders one Python thread.",
+        "",
+        "| sessions | step | seconds | M tokens/s | x scan | peak RSS MiB | traces | tokens in traces "
+        "| loss-1 tokens | written MiB/session |",
+        "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for stage in stages:
+        scan = stage["results"]["scan"]["seconds"]
+        lines += [_table_row(stage, kind, scan) for kind in KINDS]
+    return "\n".join(lines)
+
+
+def _arguments() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sessions", type=int, default=2000)
+    parser.add_argument("--turns", type=int, default=50)
+    parser.add_argument("--max-context", type=int, default=32768)
+    parser.add_argument("--also-at", type=int, default=500, help="also measure at this many sessions (0: skip)")
+    parser.add_argument("--writers", type=int, default=2, help="writer processes generating the store")
+    parser.add_argument("--staging", type=Path, default=Path("/dev/shm") if Path("/dev/shm").is_dir() else None,
+                        help="where writer processes keep their shard stores (default: /dev/shm)")
+    parser.add_argument("--out", type=Path, help="benchmark directory (default: a new temp dir)")
+    parser.add_argument("--keep", action="store_true", help="keep the store afterwards")
+    parser.add_argument("--measure", choices=KINDS, help=argparse.SUPPRESS)
+    return parser.parse_args()
+
+
+def _check_shape(out: Path, shape: Shape) -> None:
+    """Refuse to grow a store generated with another shape (its numbers would mix)."""
+    recorded = out / "bench.json"
+    if recorded.exists() and json.loads(recorded.read_text()) != asdict(shape):
+        raise SystemExit(f"{out} holds a store of another shape: {recorded.read_text()}")
+    recorded.write_text(json.dumps(asdict(shape)))
+
+
+def main() -> None:
+    args = _arguments()
+    if args.measure:
+        print(json.dumps(measure_here(args.measure, args.out)))
+        return
+    shape = Shape(turns=args.turns, max_context=args.max_context)
+    out = args.out or Path(tempfile.mkdtemp(prefix="tracetap-build-bench-"))
+    out.mkdir(parents=True, exist_ok=True)
+    _check_shape(out, shape)
+    staging = args.staging or out
+    try:
+        sizes = sorted({n for n in (args.also_at, args.sessions) if 0 < n <= args.sessions})
+        stages = [run_stage(out / "store", n, shape, args.writers, staging) for n in sizes]
+    finally:
+        if not args.keep:
+            shutil.rmtree(out / "store", ignore_errors=True)
+            (out / "bench.json").unlink(missing_ok=True)
+            if args.out is None:
+                out.rmdir()
+    print(markdown(stages, shape))
+    print(json.dumps({"shape": asdict(shape), "writers": args.writers, "stages": stages}))
+
+
+if __name__ == "__main__":
+    main()
