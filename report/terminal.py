@@ -1,8 +1,9 @@
 """A session in the terminal: one block per turn, then each trace's tokens colored by kind.
 
 Colors come from click.style, so `click.echo` drops them when the output is not a terminal. Prompt
-tokens are dim, trainable tokens (loss 1) green, interstitial tokens (loss 0) yellow, in two alternating shades so token
-boundaries show; trainable tokens the model found unlikely (logprob below -2) are underlined.
+tokens are dim, trainable tokens (loss 1) green, interstitial tokens (loss 0) yellow, in two
+alternating shades so token boundaries show; trainable tokens the model found unlikely (logprob
+below -2) are underlined.
 """
 
 from __future__ import annotations

@@ -202,7 +202,8 @@ def harness_env(harness: Harness, home: Path, gateway_url: str, session_id: str)
     """A clean environment: private HOME, the CLI's config and nothing from the caller's credentials."""
     home.mkdir(parents=True, exist_ok=True)
     env = {key: os.environ[key] for key in KEPT_ENV if key in os.environ}
-    env.update(HOME=str(home), TERM="dumb", NO_COLOR="1", TMPDIR=str(_tmp(home)))
+    # npm offline: a CLI that installs packages at run time (opencode's plugin dir) must not reach out.
+    env.update(HOME=str(home), TERM="dumb", NO_COLOR="1", TMPDIR=str(_tmp(home)), npm_config_offline="true")
     env.update(harness.configure(home, session_url(gateway_url, session_id), session_id))
     return env
 

@@ -50,15 +50,16 @@ def test_every_turn_is_rendered(page, view_store):
 
 def test_token_counts_per_kind_match_the_trajectories(page, stored_traces):
     rows = stored_traces[("view-1", "prefix_merging")]
-    counts = page.evaluate(js_list(".trace", "['p', 't', 'i'].map(k => e.querySelectorAll('.tokens .' + k).length)"))
-    assert counts == [[len(r["prompt_token_ids"]), sum(r["loss_mask"]), r["loss_mask"].count(0)] for r in rows]
+    per_kind = "['p', 't', 'i'].map(k => e.querySelectorAll('.tokens .' + k).length)"
+    expected = [[len(r["prompt_token_ids"]), sum(r["loss_mask"]), r["loss_mask"].count(0)] for r in rows]
+    assert page.evaluate(js_list(".trace", per_kind)) == expected
     breaks = page.evaluate(js_list(".trace h3", "(e.querySelector('.break') || {}).textContent || null"))
     assert breaks == [None, "break: canonical_prefix_break"]
 
 
 def test_trainable_tokens_look_different_from_interstitial_and_prompt(page):
-    colors = {kind: set(page.evaluate(js_list(f".trace .tokens .{kind}", "getComputedStyle(e).backgroundColor")))
-              for kind in "pti"}
+    background = "getComputedStyle(e).backgroundColor"
+    colors = {kind: set(page.evaluate(js_list(f".trace .tokens .{kind}", background))) for kind in "pti"}
     assert all(colors.values()) and not any(TRANSPARENT in c for c in colors.values())
     assert colors["t"].isdisjoint(colors["i"]) and colors["t"].isdisjoint(colors["p"])
     assert colors["i"].isdisjoint(colors["p"])

@@ -13,7 +13,8 @@ from tracetap.cli import cli
 
 
 def show(store, *args: str, color: bool = False):
-    return CliRunner().invoke(cli, ["show", "--store", str(store), *args], catch_exceptions=False, color=color)
+    args = ["show", "--store", str(store), *args]
+    return CliRunner().invoke(cli, args, catch_exceptions=False, color=color)
 
 
 def test_terminal_view_lists_turns_and_traces(view_store):

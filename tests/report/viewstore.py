@@ -25,7 +25,8 @@ FAILED_ERROR = "upstream said <script>alert(1)</script>"
 
 
 def _call(name: str, arguments: dict, n: int) -> dict:
-    return {"id": f"call-{n}", "type": "function", "function": {"name": name, "arguments": json.dumps(arguments)}}
+    function = {"name": name, "arguments": json.dumps(arguments)}
+    return {"id": f"call-{n}", "type": "function", "function": function}
 
 
 REPLIES = [
