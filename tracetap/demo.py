@@ -9,7 +9,9 @@ HTML report.
 from __future__ import annotations
 
 import json
+import shlex
 import shutil
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from importlib import resources
@@ -23,6 +25,9 @@ TASK = "The tests in this project fail. Find the bug and fix it, then check that
 TEST_COMMAND = "python -m pytest -v -p no:cacheprovider"
 EXPECTED = {"test_calc.py::test_add": "PASSED", "test_calc.py::test_mul": "PASSED"}
 SHORT_BUDGET = 2  # turns for the last session: it stops before writing the fix
+# With --harness the script asks the CLI's own shell tool for the same fix the built-in agent makes.
+HARNESS_FIX = "sed -i 's/return a - b/return a + b/' calc.py"
+HARNESS_DONE = "Fixed: add() subtracted instead of adding. Both tests pass now."
 
 # The summary is one query over the store the demo wrote, so it can be checked independently.
 SUMMARY_SQL = """
@@ -70,7 +75,11 @@ def prepare_workspace(root: Path, session_id: str) -> Path:
     return workspace
 
 
-def run_sessions(result: DemoResult, sessions: int, say: Callable[[str], None]) -> None:
+def run_sessions(result: DemoResult, sessions: int, say: Callable[[str], None],
+                 harness: str | None = None) -> None:
+    if harness:
+        run_harness_sessions(result, sessions, say, harness)
+        return
     with start_gateway(result.store, "--script", str(demo_data() / "script.jsonl")) as gateway:
         say(f"gateway ready on {gateway.url} (embedded engine, scripted)")
         for n in range(1, sessions + 1):
@@ -80,6 +89,36 @@ def run_sessions(result: DemoResult, sessions: int, say: Callable[[str], None]) 
             run = run_agent(f"{gateway.url}/v1", session_id, TASK, workspace, max_turns=budget)
             result.runs.append(run)
             say(f"{session_id}: {run.turns} turns, tools: {', '.join(run.tool_calls)}")
+
+
+def run_harness_sessions(result: DemoResult, sessions: int, say: Callable[[str], None], name: str) -> None:
+    """`--harness NAME`: the real CLI does the task one-shot; every session solves it."""
+    from tracetap import harnesses
+
+    preset = harnesses.HARNESSES[name]
+    binary = harnesses.require_binary(preset)
+    test = shlex.join([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"])
+    script = harnesses.write_script(result.out_dir / "script.jsonl", preset, [test, HARNESS_FIX, test],
+                                    HARNESS_DONE)
+    with start_gateway(result.store, "--script", str(script), *harnesses.GATEWAY_ARGS) as gateway:
+        say(f"gateway ready on {gateway.url} (embedded engine, scripted for {binary})")
+        for n in range(1, sessions + 1):
+            session_id = f"sk-tap-demo-{n}"
+            workspace = prepare_workspace(result.out_dir, session_id)
+            harnesses.check(harnesses.run_harness(preset, binary, gateway.url, session_id, TASK, workspace,
+                                                  result.out_dir / "homes" / session_id))
+            run = recorded_run(result.store, session_id)
+            result.runs.append(run)
+            say(f"{session_id}: {name} made {run.turns} calls, tools: {', '.join(run.tool_calls)}")
+
+
+def recorded_run(store_dir: Path, session_id: str) -> AgentRun:
+    """What a harness CLI did, read back from the store (the CLI itself reports nothing we parse)."""
+    import store
+
+    rows = store.connect(store_dir).execute(
+        "SELECT tool_calls FROM completions WHERE session_id = ? ORDER BY seq", [session_id]).fetchall()
+    return AgentRun(session_id, turns=len(rows), tool_calls=[c["name"] for (calls,) in rows for c in calls or []])
 
 
 def process(result: DemoResult, say: Callable[[str], None]) -> None:
@@ -115,12 +154,13 @@ def write_html_report(store_dir: Path, out_file: Path) -> Path:
     return write_report(store_dir, out_file, lambda token_id: tokenizer.decode([token_id]))
 
 
-def run_demo(out_dir: Path, sessions: int = 3, say: Callable[[str], None] = print) -> DemoResult:
+def run_demo(out_dir: Path, sessions: int = 3, say: Callable[[str], None] = print,
+             harness: str | None = None) -> DemoResult:
     if out_dir.exists():
         shutil.rmtree(out_dir)
     out_dir.mkdir(parents=True)
     result = DemoResult(out_dir=out_dir, store=out_dir / "store")
-    run_sessions(result, sessions, say)
+    run_sessions(result, sessions, say, harness)
     process(result, say)
     (out_dir / "summary.json").write_text(json.dumps(result.summary, indent=2, default=str))
     return result

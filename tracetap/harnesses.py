@@ -234,6 +234,15 @@ def run_harness(harness: Harness, binary: Path, gateway_url: str, session_id: st
                       time.monotonic() - started, timed_out)
 
 
+def check(run: HarnessRun) -> HarnessRun:
+    """The run, or a HarnessError with the end of its output when it timed out or exited non-zero."""
+    if run.timed_out or run.returncode != 0:
+        status = "timed out" if run.timed_out else f"exited with {run.returncode}"
+        raise HarnessError(f"{run.harness} {status} after {run.seconds:.0f}s\n--- stderr\n"
+                           f"{run.stderr[-2000:]}\n--- stdout\n{run.stdout[-2000:]}")
+    return run
+
+
 def _kill_group(pgid: int) -> None:
     try:
         os.killpg(pgid, signal.SIGKILL)

@@ -11,7 +11,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-READY_MARKER = "tracetap gateway ready on "
+from capture.proxy import READY_MARKER
 
 
 def free_port() -> int:

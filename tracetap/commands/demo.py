@@ -8,21 +8,32 @@ from pathlib import Path
 
 import click
 
+from tracetap.harnesses import HARNESSES
+
 
 @click.command()
 @click.option("--out", type=click.Path(path_type=Path), default=Path("demo-out"), show_default=True,
               help="Folder for the store, workspaces, dataset and report (replaced if it exists).")
 @click.option("--sessions", type=click.IntRange(1, 50), default=3, show_default=True)
 @click.option("--json", "as_json", is_flag=True, help="Print only the summary, as JSON.")
-def command(out: Path, sessions: int, as_json: bool) -> None:
+@click.option("--harness", type=click.Choice(list(HARNESSES)), default=None,
+              help="Run this real coding-agent CLI (installed from npm) instead of the built-in agent.")
+def command(out: Path, sessions: int, as_json: bool, harness: str | None) -> None:
     """Run the main job end to end on embedded defaults: capture, build, evaluate, export, report.
 
-    Example: tracetap demo --sessions 3
+    Example: tracetap demo --sessions 3   (or --harness claude-code, once installed)
     """
     from tracetap.demo import run_demo
+    from tracetap.harnesses import HarnessError, require_binary
 
     started = time.monotonic()
-    result = run_demo(out, sessions=sessions, say=(lambda _: None) if as_json else click.echo)
+    try:
+        if harness:
+            require_binary(HARNESSES[harness])  # before the output folder is replaced
+        result = run_demo(out, sessions=sessions, say=(lambda _: None) if as_json else click.echo,
+                          harness=harness)
+    except HarnessError as exc:
+        raise click.ClickException(str(exc)) from None
     if as_json:
         click.echo(json.dumps(result.summary, default=str))
         return
