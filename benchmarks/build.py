@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import resource
 import shutil
 import subprocess
@@ -44,7 +45,13 @@ TRACES_SQL = ("SELECT count(*), sum(len(prompt_token_ids) + len(response_token_i
 
 
 def _peak_rss_mb() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
+    """This process's RSS high-water mark. VmHWM, not ru_maxrss: Linux carries ru_maxrss over from
+    the forking parent across exec, so a child's ru_maxrss may be its parent's size."""
+    try:
+        status = Path("/proc/self/status").read_text()
+    except OSError:
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
+    return next(int(line.split()[1]) for line in status.splitlines() if line.startswith("VmHWM:")) / 1024
 
 
 def _query(sql: str, files: list[str]) -> tuple:
@@ -81,6 +88,20 @@ def measure(kind: str, root: Path) -> dict:
     return json.loads(done.stdout.splitlines()[-1])
 
 
+def measure_repeated(root: Path, repeat: int) -> dict:
+    """Each measurement `repeat` times, interleaved; per kind the median run, with the highest peak RSS."""
+    runs: dict[str, list[dict]] = {kind: [] for kind in KINDS}
+    for _ in range(repeat):
+        for kind in KINDS:
+            runs[kind].append(measure(kind, root))
+    results = {}
+    for kind, kind_runs in runs.items():
+        median = sorted(kind_runs, key=lambda run: run["seconds"])[(len(kind_runs) - 1) // 2]
+        results[kind] = {**median, "seconds_all": [run["seconds"] for run in kind_runs],
+                         "peak_rss_mb": max(run["peak_rss_mb"] for run in kind_runs)}
+    return results
+
+
 def _size(paths) -> int:
     return sum(path.stat().st_size for path in paths if path.is_file())
 
@@ -105,15 +126,15 @@ def grow(root: Path, sessions: int, shape: Shape, writers: int, staging: Path) -
             "compaction_left": len(merged), "compact_seconds": time.perf_counter() - start - written}
 
 
-def run_stage(root: Path, sessions: int, shape: Shape, writers: int, staging: Path) -> dict:
+def run_stage(root: Path, sessions: int, shape: Shape, args: argparse.Namespace) -> dict:
     """Grow the store to `sessions`, then measure the scan and both builders."""
-    stage = {"sessions": sessions, **grow(root, sessions, shape, writers, staging)}
+    stage = {"sessions": sessions, **grow(root, sessions, shape, args.writers, args.staging or root.parent)}
     files = _completion_files(root)
     count, largest, tokens = _query(STATS_SQL, files)  # also warms the page cache
     stage.update(store_sessions=count, store_tokens=int(tokens), largest_session_tokens=int(largest),
                  disk_bytes_per_session=_size(Path(f) for f in files) / count
                  + _size(root.glob("sessions/*/*.parquet")) / count)
-    stage["results"] = {kind: measure(kind, root) for kind in KINDS}
+    stage["results"] = measure_repeated(root, args.repeat)
     for builder in KINDS[1:]:
         stage["results"][builder].update(trace_counts(root, builder))
     stage["checks"] = checks(stage)
@@ -137,7 +158,7 @@ def _table_row(stage: dict, kind: str, scan_seconds: float) -> str:
     r = stage["results"][kind]
     cells = [f"{stage['sessions']:,}", LABELS[kind], f"{r['seconds']:.1f}",
              f"{stage['store_tokens'] / r['seconds'] / 1e6:.1f}", f"{r['seconds'] / scan_seconds:.2f}",
-             f"{r['peak_rss_mb']:.0f}"]
+             f"{r['peak_rss_mb']:.0f}", f"{r['peak_rss_mb'] - r['baseline_rss_mb']:.0f}"]
     if kind == "scan":
         cells += ["-"] * 4
     else:
@@ -146,18 +167,20 @@ def _table_row(stage: dict, kind: str, scan_seconds: float) -> str:
     return "| " + " | ".join(cells) + " |"
 
 
-def markdown(stages: list[dict], shape: Shape) -> str:
+def markdown(stages: list[dict], shape: Shape, repeat: int) -> str:
     last = stages[-1]
     lines = [
         f"Synthetic store: {last['sessions']:,} sessions x {shape.turns} turns, context growing to "
         f"{shape.max_context:,} tokens ({last['store_tokens'] / 1e9:.2f} G prompt + sampled tokens, "
         f"{last['disk_bytes_per_session'] / 2**20:.1f} MiB on disk per session, largest session "
-        f"{last['largest_session_tokens'] * 4 / 2**20:.1f} MiB of int32 ids). Warm page cache; DuckDB "
-        "uses every core, the builders one Python thread.",
+        f"{last['largest_session_tokens'] * 4 / 2**20:.1f} MiB of int32 ids). Each step runs in a fresh "
+        f"process (median of {repeat}); peak RSS is its VmHWM, growth is over its RSS right before the step "
+        f"(interpreter and libraries loaded). Warm page cache; DuckDB uses all {os.cpu_count()} cores, the "
+        "builders one Python thread.",
         "",
-        "| sessions | step | seconds | M tokens/s | x scan | peak RSS MiB | traces | tokens in traces "
+        "| sessions | step | seconds | M tokens/s | x scan | peak RSS MiB | RSS growth MiB | traces | tokens in traces "
         "| loss-1 tokens | written MiB/session |",
-        "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for stage in stages:
         scan = stage["results"]["scan"]["seconds"]
@@ -174,6 +197,7 @@ def _arguments() -> argparse.Namespace:
     parser.add_argument("--writers", type=int, default=2, help="writer processes generating the store")
     parser.add_argument("--staging", type=Path, default=Path("/dev/shm") if Path("/dev/shm").is_dir() else None,
                         help="where writer processes keep their shard stores (default: /dev/shm)")
+    parser.add_argument("--repeat", type=int, default=1, help="runs of each measurement (the median is reported)")
     parser.add_argument("--out", type=Path, help="benchmark directory (default: a new temp dir)")
     parser.add_argument("--keep", action="store_true", help="keep the store afterwards")
     parser.add_argument("--measure", choices=KINDS, help=argparse.SUPPRESS)
@@ -197,18 +221,18 @@ def main() -> None:
     out = args.out or Path(tempfile.mkdtemp(prefix="tracetap-build-bench-"))
     out.mkdir(parents=True, exist_ok=True)
     _check_shape(out, shape)
-    staging = args.staging or out
     try:
         sizes = sorted({n for n in (args.also_at, args.sessions) if 0 < n <= args.sessions})
-        stages = [run_stage(out / "store", n, shape, args.writers, staging) for n in sizes]
+        stages = [run_stage(out / "store", n, shape, args) for n in sizes]
     finally:
         if not args.keep:
             shutil.rmtree(out / "store", ignore_errors=True)
             (out / "bench.json").unlink(missing_ok=True)
             if args.out is None:
                 out.rmdir()
-    print(markdown(stages, shape))
-    print(json.dumps({"shape": asdict(shape), "writers": args.writers, "stages": stages}))
+    print(markdown(stages, shape, args.repeat))
+    print(json.dumps({"shape": asdict(shape), "writers": args.writers, "repeat": args.repeat,
+                      "cpus": os.cpu_count(), "stages": stages}))
 
 
 if __name__ == "__main__":

@@ -38,6 +38,7 @@ import pyarrow as pa
 from capture.replay_match import canonical, check_ignore_path, closest, match_key
 from capture.sessions import DEFAULT_SESSION
 from capture.upstream import UpstreamClient, UpstreamError, UpstreamResult, parse_chat_response, with_token_flags
+from store import connect
 from store.compaction import live_files
 from store.files import check_store, read_parquet
 from store.paths import session_dir, validate_session_id
@@ -82,8 +83,10 @@ class Recording:
     @classmethod
     def build(cls, session_id: str, table: pa.Table, ignore: Sequence[str]) -> Recording:
         recording = cls(session_id, table)
-        columns = table.select(["seq", "completion_id", "chat_request_json"]).to_pylist()
+        columns = table.select(["seq", "completion_id", "status", "chat_request_json"]).to_pylist()
         for index, row in enumerate(columns):
+            if row["status"] == "client_error":  # a miss of an earlier replay: no upstream ever answered it
+                continue
             request = canonical(json.loads(row["chat_request_json"] or "{}"), ignore)
             entry = Recorded(index, row["seq"], row["completion_id"], request, match_key(request))
             recording.entries.append(entry)
@@ -102,8 +105,6 @@ class RecordedStore:
 
     def served_models(self) -> list[str]:
         """Served model names of the recorded calls, most used first."""
-        from store import connect
-
         sql = ("SELECT served_model FROM completions WHERE served_model IS NOT NULL "
                "GROUP BY served_model ORDER BY count(*) DESC, served_model")
         return [name for (name,) in connect(self.root).execute(sql).fetchall()]
@@ -169,11 +170,16 @@ class ReplayUpstream:
         await self.fallback.aclose()
 
     async def _recording(self, session_id: str) -> Recording:
-        """The session's recording, read once (concurrent first calls share one read)."""
+        """The session's recording, read once (concurrent first calls share one read; a failed read is
+        tried again by the next call)."""
         if session_id not in self._recordings:
             loading = asyncio.to_thread(self._load, session_id)
             self._recordings[session_id] = asyncio.ensure_future(loading)
-        return await self._recordings[session_id]
+        try:
+            return await self._recordings[session_id]
+        except Exception:
+            self._recordings.pop(session_id, None)
+            raise
 
     def _load(self, session_id: str) -> Recording:
         return Recording.build(session_id, self.source.session_table(session_id), self.ignore)
@@ -244,12 +250,12 @@ def chat_body(row: dict) -> dict:
     back where vLLM puts them (logprobs after the message, token ids last, prompt ids at the top)."""
     body = json.loads(row["chat_response_json"] or "{}")
     choices = body.get("choices") or [{}]
-    first: dict = {}
+    logprobs, first = _logprobs(row), {}
     for name, value in choices[0].items():
         first[name] = value
         if name == "message":
-            first["logprobs"] = _logprobs(row)
-    first.setdefault("logprobs", _logprobs(row))
+            first["logprobs"] = logprobs
+    first.setdefault("logprobs", logprobs)
     first["token_ids"] = row["completion_token_ids"]
     body["choices"] = [first, *choices[1:]]
     body["prompt_token_ids"] = row["prompt_token_ids"]
@@ -267,8 +273,7 @@ def _logprobs(row: dict) -> dict | None:
         return {"content": shown}
     tops = row["top_logprobs"] or [[] for _ in ids]
     return {"content": [{"token": f"token_id:{token}", "logprob": value, "token_id": token,
-                         "top_logprobs": [{"token": t["token"], "logprob": t["logprob"], "token_id": t["token_id"]}
-                                          for t in top or []]}
+                         "top_logprobs": [dict(alternative) for alternative in top or []]}
                         for token, value, top in zip(ids, values, tops, strict=False)]}
 
 

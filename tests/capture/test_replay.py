@@ -6,6 +6,7 @@ anthropic SDK; changed requests miss with an API-shaped 404, or reach a live eng
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -20,7 +21,10 @@ from google import genai
 from google.genai import errors as genai_errors
 from google.genai import types
 
-from store import connect
+from capture.record import Call, build_row
+from capture.replay import RecordedStore, ReplayMiss, ReplayUpstream, chat_body
+from capture.upstream import UpstreamClient, UpstreamError, parse_chat_response, strip_token_arrays, with_token_flags
+from store import StoreWriter, connect
 from tests import live
 from tracetap.cli import cli
 
@@ -54,8 +58,7 @@ def session(api: str) -> str:
     return f"sk-tap-{api.replace('_', '-')}"
 
 
-def sdk(api: str, url: str, key: str, tape: Tape):
-    http = httpx2.Client(transport=tape, timeout=60)
+def sdk(api: str, url: str, key: str, http: httpx2.Client):
     if api in ("openai_chat", "openai_responses"):
         return openai.OpenAI(base_url=f"{url}/v1", api_key=key, max_retries=0, http_client=http)
     if api == "anthropic_messages":
@@ -155,9 +158,11 @@ class Run:
     bodies: list[bytes]  # the raw response bodies
 
 
-def run(api: str, url: str, key: str, agent: Callable | None = None, **kwargs) -> Run:
+def run(api: str, url: str, key: str, **kwargs) -> Run:
+    """One agent session of `api` through the gateway at `url`; raises what the SDK raises."""
     tape = Tape()
-    results = (agent or AGENTS[api])(sdk(api, url, key, tape), **kwargs)
+    with httpx2.Client(transport=tape, timeout=60) as http:
+        results = AGENTS[api](sdk(api, url, key, http), **kwargs)
     return Run(dump(results), tape.bodies)
 
 
@@ -177,7 +182,7 @@ def rows(store: Path, where: str = "true", params: list | None = None) -> list[d
 
 
 @dataclass
-class Recording:
+class RecordedRuns:
     root: Path
     store: Path
     engine: live.EngineProcess
@@ -193,7 +198,7 @@ def recording(tmp_path_factory, tracetap_home):
     with live.start_engine(root / "engine", script) as engine:
         with live.start_gateway(root / "recorded", "--upstream", engine.url) as gateway:
             runs = {api: run(api, gateway.url, session(api)) for api in APIS}
-        yield Recording(root, gateway.store, engine, runs)
+        yield RecordedRuns(root, gateway.store, engine, runs)
 
 
 def closed_port() -> str:
@@ -268,12 +273,11 @@ MISSES = {  # api -> (the SDK error the harness sees, its API-shaped body)
 @pytest.mark.parametrize("api", APIS)
 def test_a_changed_request_misses_with_an_api_shaped_404(recording, replayer, api):
     error_class, shaped = MISSES[api]
-    tape = Tape()
     with pytest.raises(error_class) as caught:
-        AGENTS[api](sdk(api, replayer.url, session(api), tape), question="What is there?")
+        run(api, replayer.url, session(api), question="What is there?")
     assert "replay miss" in str(caught.value) and '"What is here?"' in str(caught.value)
     assert getattr(caught.value, "status_code", getattr(caught.value, "code", None)) == 404
-    assert shaped(json.loads(tape.bodies[-1]))
+    assert shaped(caught.value.response.json())
 
     [miss] = rows(replayer.store, "session_id = ? AND status <> 'ok'", [session(api)])
     first = rows(recording.store, "session_id = ? AND seq = 0", [session(api)])[0]
@@ -324,3 +328,108 @@ def test_bad_replay_options_stop_before_anything_starts(tmp_path, recording, arg
     result = CliRunner().invoke(cli, ["gateway", "--store", str(tmp_path / "store"), *args])
     assert result.exit_code == 2 and message in result.output
     assert list((tmp_path / "store").iterdir()) == []
+
+
+# In-process: ReplayUpstream over a store written by the real StoreWriter from the real vLLM fixtures.
+
+REQUEST = {"model": "tiny", "max_tokens": 16, "messages": [{"role": "user", "content": "hi"}]}
+FAILING = {**REQUEST, "messages": [{"role": "user", "content": "too long"}]}
+MISSED = {**REQUEST, "messages": [{"role": "user", "content": "missed before"}]}
+
+
+def recorded_call(sid: str, fixture: str, request: dict, status: str = "ok") -> dict:
+    """The row the gateway writes for `request` answered by a fixture (an ok answer or an upstream error)."""
+    answer = json.loads(live.fixture_body(fixture))
+    call = Call(session_id=sid, api="openai_chat", path="/v1/chat/completions", stream=False, requested_model="m",
+                request_body=request, completion_id="cmpl-" + fixture.replace("_", ""),
+                served_model="tiny", chat_request=with_token_flags(request))
+    if status == "ok":
+        call.capture, call.response_body = parse_chat_response(answer), {"id": call.completion_id}
+    else:
+        call.status, call.http_status, call.error, call.upstream_body = status, 400, "too long", answer
+    return build_row(call)
+
+
+@pytest.fixture(scope="module")
+def source(tmp_path_factory) -> RecordedStore:
+    """Session `s`: the same request answered twice (two different answers), a call that failed upstream,
+    and the miss of an earlier replay."""
+    root = tmp_path_factory.mktemp("source")
+    with StoreWriter(root) as writer:
+        for row in (recorded_call("s", "chat_basic", REQUEST), recorded_call("s", "chat_top2", REQUEST),
+                    recorded_call("s", "error_context_overflow", FAILING, "upstream_error"),
+                    recorded_call("s", "error_unknown_model", MISSED, "client_error")):
+            writer.record_completion(row)
+    return RecordedStore(root)
+
+
+def replay_calls(source: RecordedStore, calls: list[tuple[dict, str]], **options) -> list:
+    """Each (chat request, caller session) through one ReplayUpstream: its result, or the error raised."""
+    async def go() -> list:
+        upstream = ReplayUpstream(source, UpstreamClient(closed_port()), **options)
+        out = []
+        for request, caller in calls:
+            try:
+                out.append(await upstream.chat(request, caller))
+            except UpstreamError as exc:
+                out.append(exc)
+        await upstream.aclose()
+        return out
+
+    return asyncio.run(go())
+
+
+@pytest.mark.parametrize("fixture", ["chat_basic", "chat_top2", "chat_tools_auto_call", "chat_stop"])
+def test_a_recorded_answer_is_rebuilt_whole(tmp_path, fixture):
+    upstream = json.loads(live.fixture_body(fixture))
+    with StoreWriter(tmp_path) as writer:
+        writer.record_completion(recorded_call("s", fixture, REQUEST))
+    [row] = RecordedStore(tmp_path).session_table("s").to_pylist()
+    body = chat_body(row)
+    assert strip_token_arrays(body) == strip_token_arrays(upstream)
+    assert list(body["choices"][0])[:3] == ["index", "message", "logprobs"]  # where vLLM puts them
+    again = parse_chat_response(body)
+    assert again.prompt_token_ids == row["prompt_token_ids"] == upstream["prompt_token_ids"]
+    assert again.completion_token_ids == row["completion_token_ids"] == upstream["choices"][0]["token_ids"]
+    assert again.logprobs == row["logprobs"] and again.top_logprobs == row["top_logprobs"]
+    assert (again.tool_calls, again.finish_reason) == (row["tool_calls"], row["finish_reason"])
+
+
+def test_logprobs_a_chat_harness_was_shown_come_back_as_shown(tmp_path):
+    upstream = json.loads(live.fixture_body("chat_top2"))
+    row = recorded_call("s", "chat_top2", REQUEST)
+    row["response_json"] = json.dumps({"choices": [{"logprobs": upstream["choices"][0]["logprobs"]}]})
+    with StoreWriter(tmp_path) as writer:
+        writer.record_completion(row)
+    [stored] = RecordedStore(tmp_path).session_table("s").to_pylist()
+    assert chat_body(stored)["choices"][0]["logprobs"] == upstream["choices"][0]["logprobs"]
+
+
+def test_identical_calls_replay_in_recorded_order_per_caller(source):
+    first, second, used_up, other = replay_calls(source, [(REQUEST, "s"), (REQUEST, "s"), (REQUEST, "s"),
+                                                          (REQUEST, "t")], session="s")
+    assert [r.metadata["replay_of"]["completion_id"] for r in (first, second)] == [
+        "cmpl-chatbasic", "cmpl-chattop2"]
+    assert first.reply_as[0] == "cmpl-chatbasic" and first.capture.completion_token_ids
+    assert isinstance(used_up, ReplayMiss) and "already replayed" in str(used_up) and used_up.status == 404
+    assert other.metadata["replay_of"]["completion_id"] == "cmpl-chatbasic"  # caller t starts from the top
+
+
+def test_a_recorded_failure_replays_as_that_failure(source):
+    [failure] = replay_calls(source, [(FAILING, "s")])
+    assert not isinstance(failure, ReplayMiss)
+    assert (failure.kind, failure.status, str(failure)) == ("http", 400, "too long")
+    assert failure.metadata["replay_of"] == {"session_id": "s", "completion_id": "cmpl-errorcontextoverflow"}
+
+
+def test_the_misses_of_an_earlier_replay_are_not_answers(source):
+    [missed] = replay_calls(source, [(MISSED, "s")])
+    assert isinstance(missed, ReplayMiss) and "no recorded completion in session 's'" in str(missed)
+
+
+def test_ignored_fields_match_and_the_rest_explains_the_miss(source):
+    warmer = {**REQUEST, "temperature": 0.7}
+    hit, miss = replay_calls(source, [(warmer, "s"), ({**warmer, "max_tokens": 17}, "s")], ignore=["temperature"])
+    assert hit.metadata["capture_mode"] == "replay"
+    assert miss.metadata["replay_miss"]["differences"] == ["max_tokens: recorded 16, this request 17"]
+    assert miss.metadata["replay_miss"]["closest"]["seq"] == 0 and miss.request["max_tokens"] == 17
