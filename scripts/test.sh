@@ -6,3 +6,4 @@ VENV=${TRACETAP_VENV:-.venv}
 export TIKTOKEN_CACHE_DIR=${TIKTOKEN_CACHE_DIR:-$(mktemp -d)}
 "$VENV/bin/ruff" check .
 "$VENV/bin/python" -m pytest -q "$@"
+"$VENV/bin/python" -m pytest -q -m harness tests/harness

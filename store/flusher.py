@@ -16,11 +16,14 @@ log = logging.getLogger(__name__)
 class Flusher:
     """Calls `save(key)` soon after `submit(key)`; many submits of one key before it runs make one save."""
 
-    def __init__(self, save: Callable[[Hashable], None], name: str = "tracetap-flusher") -> None:
+    def __init__(self, save: Callable[[Hashable], None], name: str = "tracetap-flusher",
+                 delay: float = 0.0) -> None:
         self._save = save
         self._name = name
+        self._delay = delay  # how long a batch waits for more submits before it runs
         self._pending: dict[Hashable, None] = {}
         self._busy = False
+        self._urgent = False
         self._closed = False
         self._cond = threading.Condition()
         self._thread: threading.Thread | None = None
@@ -41,6 +44,8 @@ class Flusher:
     def flush(self) -> None:
         """Block until every save submitted so far has run."""
         with self._cond:
+            self._urgent = True
+            self._cond.notify_all()
             self._cond.wait_for(lambda: not self._pending and not self._busy)
 
     def close(self) -> None:
@@ -56,9 +61,11 @@ class Flusher:
         while True:
             with self._cond:
                 self._cond.wait_for(lambda: self._pending or self._closed)
+                if self._delay:  # a burst of calls to one session becomes one save
+                    self._cond.wait_for(lambda: self._closed or self._urgent, timeout=self._delay)
                 if not self._pending:
                     return
-                keys, self._pending, self._busy = list(self._pending), {}, True
+                keys, self._pending, self._busy, self._urgent = list(self._pending), {}, True, False
             for key in keys:
                 try:
                     self._save(key)

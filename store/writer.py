@@ -43,6 +43,7 @@ from store.schema import COMPLETION_STATUSES, COMPLETIONS, SCHEMA_VERSION, SESSI
 from store.tables import rows_to_table
 
 FAILED = ("upstream_error", "timeout")
+SESSION_SAVE_DELAY = 0.05  # seconds a burst of calls waits to share one summary-row rewrite
 _RECOUNT_COLUMNS = ["status", "http_status", "prompt_tokens", "completion_tokens", "created_at",
                     "finished_at", "task_id", "metadata_json", "chat_response_json"]
 
@@ -121,7 +122,7 @@ class StoreWriter:
         self._lock = threading.Lock()
         self._sessions: dict[str, _Session] = {}
         self._owner = self._open_store()
-        self._flusher = Flusher(self._save)
+        self._flusher = Flusher(self._save, delay=SESSION_SAVE_DELAY)
 
     def _open_store(self):
         for table in (None, *TABLES):

@@ -18,7 +18,7 @@ import pytest
 import store
 from tracetap import harnesses
 from tracetap.harnesses import HARNESSES, HarnessRun
-from tracetap.launch import GatewayProcess, start_gateway
+from tracetap.launch import GatewayProcess
 
 PROOF = "tracetap-harness-ok"
 COMMAND = f"echo {PROOF} > proof.txt"
@@ -43,19 +43,20 @@ def session_rows(store_dir: Path, session_id: str) -> list[dict]:
 
 
 @pytest.mark.parametrize("name", list(HARNESSES))
-def test_cli_runs_one_shot_through_the_gateway(name: str, installed: dict[str, Path], tmp_path: Path) -> None:
+def test_cli_runs_one_shot_through_the_gateway(name: str, installed: dict[str, Path], gateways,
+                                               tmp_path: Path) -> None:
     harness = HARNESSES[name]
     session_id = f"sk-tap-harness-{name}"
     workspace = tmp_path / "workspace"
     workspace.mkdir()
     script = harnesses.write_script(tmp_path / "script.jsonl", harness, [COMMAND], FINAL)
-    with start_gateway(tmp_path / "store", "--script", str(script), *harnesses.GATEWAY_ARGS) as gateway:
-        run = harnesses.run_harness(harness, installed[name], gateway.url, session_id, PROMPT, workspace,
-                                    tmp_path / "home", timeout=TIMEOUT)
+    gateway = gateways.start(tmp_path / "store", script)
+    run = harnesses.run_harness(harness, installed[name], gateway.url, session_id, PROMPT, workspace,
+                                tmp_path / "home", timeout=TIMEOUT)
+    rows = session_rows(tmp_path / "store", session_id)  # acknowledged calls are on disk already
+    gateways.release(gateway)
     assert run.returncode == 0, explain(run, gateway)
     assert (workspace / "proof.txt").read_text().strip() == PROOF, explain(run, gateway)
-
-    rows = session_rows(tmp_path / "store", session_id)
     assert {(row["api"], row["status"], row["error"]) for row in rows} == {(harness.api, "ok", None)}
     for row in rows:
         assert row["prompt_token_ids"] and row["completion_token_ids"]
@@ -70,16 +71,22 @@ def test_cli_runs_one_shot_through_the_gateway(name: str, installed: dict[str, P
 
 
 def test_demo_runs_a_real_harness(installed: dict[str, Path], npm_dir: Path, tmp_path: Path) -> None:
-    """`tracetap demo --harness pi`: the CLI fixes the project; the summary matches the store."""
+    """`tracetap demo --harness pi`: the CLI fixes the project in each session; the summary is the store's."""
     out = tmp_path / "demo"
     env = {**os.environ, "TRACETAP_NPM_DIR": str(npm_dir)}
     done = subprocess.run([sys.executable, "-m", "tracetap.cli", "demo", "--harness", "pi", "--sessions", "2",
                            "--out", str(out), "--json"], env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     summary = json.loads(done.stdout.strip().splitlines()[-1])
-    assert summary["sessions"] == 2 and summary["solved_sessions"] == 2
+
+    con = store.connect(out / "store")
+    calls = con.execute("SELECT count(*), sum(completion_tokens), sum(prompt_tokens) FROM completions").fetchone()
+    assert (summary["calls"], summary["sampled_tokens"], summary["prompt_tokens"]) == calls
     assert summary["calls"] == summary["ok_calls"] == summary["calls_with_aligned_logprobs"]
-    (calls,) = store.connect(out / "store").execute(
-        "SELECT count(*) FROM completions WHERE finish_reason = 'tool_calls'").fetchone()
-    assert calls == 2 * 3  # test, fix, test in each session
+    tools = con.execute("SELECT list(t.name ORDER BY seq) FROM (SELECT seq, unnest(tool_calls) AS t "
+                        "FROM completions WHERE session_id = 'sk-tap-demo-1')").fetchone()[0]
+    assert tools == ["bash"] * 3  # test, fix, test: through pi's own shell tool
+    assert dict(con.execute("SELECT session_id, reward FROM rewards").fetchall()) == {
+        "sk-tap-demo-1": 1.0, "sk-tap-demo-2": 1.0}
+    assert summary["sessions"] == summary["solved_sessions"] == 2
     assert "return a + b" in (out / "workspaces" / "sk-tap-demo-1" / "calc.py").read_text()

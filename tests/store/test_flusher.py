@@ -43,3 +43,18 @@ def test_a_failing_save_does_not_stop_later_saves():
     flusher.submit("good")
     flusher.close()
     assert saved == ["good"]
+
+
+def test_a_burst_within_the_delay_is_one_save_and_flush_does_not_wait_for_the_delay():
+    import time
+
+    saved = []
+    flusher = Flusher(saved.append, delay=5.0)
+    for _ in range(50):
+        flusher.submit("s")
+        time.sleep(0.001)
+    started = time.monotonic()
+    flusher.flush()
+    assert saved == ["s"]
+    assert time.monotonic() - started < 2.0  # flush cut the 5 s batching delay short
+    flusher.close()
