@@ -1,11 +1,12 @@
-"""Real processes and servers for tests: the engine and the gateway as child processes, and a stub
-upstream that replays the real vLLM fixtures over loopback.
+"""Real processes and servers for tests: the engine and the gateway as child processes, a stub
+upstream that replays the real vLLM fixtures over loopback, and readers of the store they write.
 
 Children are stopped by their pid; every helper here is a context manager or has `stop()`.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -13,11 +14,14 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 from capture.upstream import TokenCapture, parse_chat_response, parse_chat_stream
+from store import connect
 from tracetap.launch import GatewayProcess, free_port, start_gateway
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "vllm-0.32.0"
@@ -28,8 +32,8 @@ ERROR_FIXTURES = sorted(n for n in INDEX if n.startswith("error_"))
 ENGINE_READY = re.compile(r"tracetap engine serving \S+ at (http://\S+)")
 
 __all__ = ["FIXTURES", "CHAT_FIXTURES", "ERROR_FIXTURES", "GatewayProcess", "EngineProcess", "Plan",
-           "StubUpstream", "fixture_body", "fixture_capture", "fixture_request", "free_port", "start_engine",
-           "start_gateway"]
+           "StubUpstream", "fixture_body", "fixture_capture", "fixture_request", "free_port", "scripted_gateway",
+           "settled_snapshot", "start_engine", "start_gateway", "store_rows", "write_script"]
 
 
 def fixture_body(name: str) -> bytes:
@@ -94,6 +98,43 @@ def start_engine(workdir: Path, script: Path | None = None, timeout: float = 180
         time.sleep(0.1)
     engine.url = match.group(1)
     return engine
+
+
+def write_script(path: Path, lines: list[dict]) -> Path:
+    """A scripted-mode file for the embedded engine: one assistant message per JSONL line."""
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    return path
+
+
+@contextmanager
+def scripted_gateway(root: Path, lines: list[dict], *args: str) -> Iterator[GatewayProcess]:
+    """`tracetap gateway --store ROOT/store --script ROOT/script.jsonl ARGS...` over the embedded engine,
+    every session playing `lines` in order; stopped on exit."""
+    script = write_script(root / "script.jsonl", lines)
+    with start_gateway(root / "store", "--script", str(script), *args) as process:
+        yield process
+
+
+def store_rows(store: Path, where: str = "true", params: list | None = None) -> list[dict]:
+    """`completions` rows matching the SQL condition `where` (with `?` params), by session then seq."""
+    with connect(store) as con:
+        cursor = con.execute(f"SELECT * FROM completions WHERE {where} ORDER BY session_id, seq", params or [])
+        names = [column[0] for column in cursor.description]
+        return [dict(zip(names, values, strict=True)) for values in cursor.fetchall()]
+
+
+def settled_snapshot(store: Path, timeout: float = 10.0) -> dict[str, str]:
+    """The store's files and their sha256, read once they stop changing: the writer saves session rows
+    on a background thread shortly after each call, so an immediate read can race that save."""
+    previous, deadline = None, time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        current = {str(p.relative_to(store)): hashlib.sha256(p.read_bytes()).hexdigest()
+                   for p in sorted(store.rglob("*")) if p.is_file() and p.name != ".writer.lock"}
+        if current == previous and not any(name.endswith(".tmp") for name in current):
+            return current
+        previous = current
+        time.sleep(0.2)
+    raise AssertionError(f"the store at {store} kept changing for {timeout} s")
 
 
 @dataclass

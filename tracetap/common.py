@@ -1,4 +1,4 @@
-"""Pieces every store-reading command shares: the `--store` option, aligned tables, JSON output."""
+"""Pieces the commands share: the `--store` and `--listen` options, aligned tables, JSON output."""
 
 from __future__ import annotations
 
@@ -28,7 +28,16 @@ def store_option(function):
                         help="Store directory (as given to `tracetap gateway --store`).")(function)
 
 
-def _jsonable(value: object) -> object:
+def listen_address(ctx: click.Context, param: click.Parameter, value: str) -> tuple[str, int]:
+    """Click callback for `--listen HOST:PORT`: (host, port); port 0 lets the server pick a free one."""
+    host, sep, port = value.rpartition(":")
+    if not sep or not host or not port.isdigit() or int(port) > 65535:
+        raise click.BadParameter(f"expected HOST:PORT, got {value!r}")
+    return host, int(port)
+
+
+def jsonable(value: object) -> object:
+    """`json.dumps(default=jsonable)`: the values DuckDB and the store hand out that JSON has no type for."""
     if isinstance(value, datetime | date):
         return value.isoformat()
     if isinstance(value, Decimal):
@@ -41,7 +50,7 @@ def _jsonable(value: object) -> object:
 def echo_json(columns: Sequence[str], rows: Sequence[Sequence]) -> None:
     """Rows as a JSON list of objects, one key per column."""
     records = [dict(zip(columns, row, strict=True)) for row in rows]
-    click.echo(json.dumps(records, default=_jsonable, ensure_ascii=False, indent=2))
+    click.echo(json.dumps(records, default=jsonable, ensure_ascii=False, indent=2))
 
 
 def _cell(value: object) -> str:

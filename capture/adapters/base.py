@@ -50,7 +50,14 @@ class RequestContext:
     completion_id: str = "cmpl-0"
     created: int = 0
     path: str = ""
-    extra: dict = field(default_factory=dict)
+    extra: dict = field(default_factory=dict)  # the gateway passes the harness's body as "request"
+
+
+def request_body(ctx: RequestContext) -> dict:
+    """The harness's original request body (`ctx.extra["request"]`), or {} when the caller passed none:
+    some answers echo or honour fields of the request (logprobs, include_usage, tools, thoughts)."""
+    body = ctx.extra.get("request")
+    return body if isinstance(body, dict) else {}
 
 
 def sse_frame(data: dict | str, event: str | None = None) -> bytes:

@@ -73,8 +73,8 @@ def _parts(chat: dict, ctx: RequestContext) -> list[dict]:
 
 
 def _wants_thoughts(ctx: RequestContext) -> bool:
-    request = ctx.extra.get("request")
-    return include_thoughts(request) if isinstance(request, dict) else True
+    request = request_body(ctx)  # {} only when the caller passed no body: an accepted one has contents
+    return include_thoughts(request) if request else True
 
 
 def _chunk(parts: list[dict], ctx: RequestContext, chat: dict, final: bool) -> dict:

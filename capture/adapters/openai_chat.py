@@ -132,12 +132,7 @@ def _client_choice(choice: dict, keep_logprobs: bool) -> dict:
 
 
 def _asked_logprobs(ctx: RequestContext) -> bool:
-    return _request(ctx).get("logprobs") is True
-
-
-def _request(ctx: RequestContext) -> dict:
-    request = ctx.extra.get("request")
-    return request if isinstance(request, dict) else {}
+    return request_body(ctx).get("logprobs") is True
 
 
 def to_sse_events(chat: dict, ctx: RequestContext) -> list[bytes]:
@@ -156,7 +151,7 @@ def to_sse_events(chat: dict, ctx: RequestContext) -> list[bytes]:
     frames = [_chunk(base, delta) for delta in deltas]
     logprobs = choice.get("logprobs") if _asked_logprobs(ctx) else None
     frames.append(_chunk(base, {}, choice.get("finish_reason") or "stop", logprobs))
-    if (_request(ctx).get("stream_options") or {}).get("include_usage"):
+    if (request_body(ctx).get("stream_options") or {}).get("include_usage"):
         frames.append(sse_frame({**base, "choices": [], "usage": chat.get("usage")}))
     frames.append(sse_frame("[DONE]"))
     return frames

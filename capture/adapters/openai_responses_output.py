@@ -149,7 +149,7 @@ def failed_events(error: dict, ctx: RequestContext) -> list[bytes]:
 
 def _envelope(ctx: RequestContext, status: str) -> dict:
     """Top-level fields, echoing the harness's request the way the Responses API does."""
-    body = _request(ctx)
+    body = request_body(ctx)
     text = body.get("text") if isinstance(body.get("text"), dict) else {}
     reasoning = body.get("reasoning") if isinstance(body.get("reasoning"), dict) else {}
     return {
@@ -178,7 +178,7 @@ def _output(message: dict, ctx: RequestContext) -> list[dict]:
     if text or not (calls or thought):
         items.append({"type": "message", "id": "msg_" + hex_id, "role": "assistant", "status": "completed",
                       "content": [{"type": "output_text", "text": text, "annotations": []}]})
-    kinds = tool_kinds(_request(ctx).get("tools"))
+    kinds = tool_kinds(request_body(ctx).get("tools"))
     items += [_call_item(call, f"{hex_id}_{i}", kinds) for i, call in enumerate(calls)]
     return items
 
@@ -275,12 +275,6 @@ def _text_events(stream: _Stream, where: dict, part: dict) -> None:
         stream.emit("response.output_text.delta", **at, delta=part["text"], logprobs=[])
     stream.emit("response.output_text.done", **at, text=part["text"], logprobs=[])
     stream.emit("response.content_part.done", **at, part=part)
-
-
-def _request(ctx: RequestContext) -> dict:
-    """The harness's original body, which the gateway passes as `ctx.extra["request"]`."""
-    body = ctx.extra.get("request")
-    return body if isinstance(body, dict) else {}
 
 
 def _hex(ctx: RequestContext) -> str:

@@ -3,8 +3,6 @@ engine, driven by the demo agent (official `openai` SDK, tools run in a workspac
 
 from __future__ import annotations
 
-import json
-
 import pytest
 from tracestore import read_completions, read_traces
 
@@ -26,10 +24,8 @@ SCRIPT = [
 @pytest.fixture(scope="module")
 def captured(tmp_path_factory, tracetap_home):
     root = tmp_path_factory.mktemp("captured")
-    script = root / "script.jsonl"
-    script.write_text("".join(json.dumps(line) + "\n" for line in SCRIPT))
     (root / "work").mkdir()
-    with live.start_gateway(root / "store", "--script", str(script)) as gateway:
+    with live.scripted_gateway(root, SCRIPT) as gateway:
         run = run_agent(f"{gateway.url}/v1", "sk-tap-live-1", "Leave a note.", root / "work")
     assert run.turns == len(SCRIPT) and run.final_message == SCRIPT[-1]["content"]
     return root / "store"

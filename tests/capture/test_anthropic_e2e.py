@@ -4,16 +4,12 @@ with the embedded engine in scripted mode; every check reads the Parquet store t
 
 from __future__ import annotations
 
-import hashlib
 import json
-import time
-from pathlib import Path
 
 import anthropic
 import httpx
 import pytest
 
-from store import connect
 from tests import live
 
 MODEL = "claude-test"
@@ -38,10 +34,7 @@ def system(turn: int) -> list[dict]:
 
 @pytest.fixture(scope="module")
 def gw(tmp_path_factory, tracetap_home):
-    root = tmp_path_factory.mktemp("anthropic-e2e")
-    script = root / "script.jsonl"
-    script.write_text("".join(json.dumps(line) + "\n" for line in SCRIPT))
-    with live.start_gateway(root / "store", "--script", str(script)) as process:
+    with live.scripted_gateway(tmp_path_factory.mktemp("anthropic-e2e"), SCRIPT) as process:
         yield process
 
 
@@ -51,23 +44,7 @@ def client(gw, session: str) -> anthropic.Anthropic:
 
 
 def rows(gw, session: str) -> list[dict]:
-    sql = "SELECT * FROM completions WHERE session_id = ? ORDER BY seq"
-    cursor = connect(gw.store).execute(sql, [f"sk-tap-{session}"])
-    names = [column[0] for column in cursor.description]
-    return [dict(zip(names, values, strict=True)) for values in cursor.fetchall()]
-
-
-def snapshot(store: Path) -> dict[str, str]:
-    """The store's files and their hashes once the writer's deferred session-row saves have settled."""
-    previous, deadline = None, time.monotonic() + 10
-    while time.monotonic() < deadline:
-        current = {str(p.relative_to(store)): hashlib.sha256(p.read_bytes()).hexdigest()
-                   for p in sorted(store.rglob("*")) if p.is_file() and p.name != ".writer.lock"}
-        if current == previous and not any(name.endswith(".tmp") for name in current):
-            return current
-        previous = current
-        time.sleep(0.2)
-    raise AssertionError("the store kept changing")
+    return live.store_rows(gw.store, "session_id = ?", [f"sk-tap-{session}"])
 
 
 def assistant(message: anthropic.types.Message) -> dict:
@@ -178,14 +155,14 @@ GOOD = {"model": MODEL, "max_tokens": 16, "messages": [{"role": "user", "content
 ], ids=["invalid-json", "missing-max-tokens", "max-tokens-type", "messages-type", "role", "block-type",
         "count-tokens"])
 def test_bad_input_is_an_anthropic_400_and_writes_nothing(gw, earlier_data, path: str, body: bytes):
-    before = snapshot(gw.store)
+    before = live.settled_snapshot(gw.store)
     response = httpx.post(gw.url + path, content=body, timeout=60,
                           headers={"anthropic-version": "2023-06-01", "x-api-key": "sk-tap-bad-input"})
     assert response.status_code == 400
     error = response.json()
     assert error["type"] == "error" and error["error"]["type"] == "invalid_request_error"
     assert error["error"]["message"]
-    assert snapshot(gw.store) == before
+    assert live.settled_snapshot(gw.store) == before
 
 
 def test_bad_input_is_the_sdk_error_class(gw):

@@ -4,18 +4,14 @@ driven by the official `openai` SDK; every check reads the Parquet store the gat
 
 from __future__ import annotations
 
-import hashlib
 import json
 import threading
-import time
-from pathlib import Path
 
 import httpx
 import openai
 import pytest
 
 from engine.tokenizer import load_tokenizer
-from store import connect
 from tests import live
 
 COMMAND = {"type": "object", "properties": {"command": {"type": "string"}}, "required": ["command"]}
@@ -33,10 +29,7 @@ ERROR_KEYS = {"message", "type", "param", "code"}
 
 @pytest.fixture(scope="module")
 def gw(tmp_path_factory, tracetap_home):
-    root = tmp_path_factory.mktemp("e2e")
-    script = root / "script.jsonl"
-    script.write_text("".join(json.dumps(line) + "\n" for line in SCRIPT))
-    with live.start_gateway(root / "store", "--script", str(script)) as process:
+    with live.scripted_gateway(tmp_path_factory.mktemp("e2e"), SCRIPT) as process:
         yield process
 
 
@@ -45,23 +38,8 @@ def client(gw, key: str = "x", base: str | None = None, **headers) -> openai.Ope
                          default_headers=headers or None)
 
 
-def rows(gw, sql: str = "true") -> list[dict]:
-    cursor = connect(gw.store).sql(f"SELECT * FROM completions WHERE {sql} ORDER BY session_id, seq")
-    return [dict(zip(cursor.columns, values, strict=True)) for values in cursor.fetchall()]
-
-
-def snapshot(store: Path) -> dict[str, str]:
-    return {str(p.relative_to(store)): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(store.rglob("*")) if p.is_file() and p.name != ".writer.lock"}
-
-
-def settled(store: Path) -> dict[str, str]:
-    """A snapshot once the writer's background session-row rewrite of earlier calls is done."""
-    previous, current = None, snapshot(store)
-    while current != previous or any(name.endswith(".tmp") for name in current):
-        time.sleep(0.2)
-        previous, current = current, snapshot(store)
-    return current
+def rows(gw, where: str = "true") -> list[dict]:
+    return live.store_rows(gw.store, where)
 
 
 def run_agent(chat: openai.OpenAI, stream_second: bool) -> list[str]:
@@ -180,11 +158,11 @@ def earlier_data(gw):
 def test_bad_input_writes_nothing(gw, earlier_data, method, path, body, headers, status):
     if body is None:
         body = b'{"pad": "' + b"x" * (33 * 2**20) + b'"}'
-    before = settled(gw.store)
+    before = live.settled_snapshot(gw.store)
     response = httpx.request(method, gw.url + path, content=body, headers=headers, timeout=60)
     assert response.status_code == status
     assert set(response.json()["error"]) == ERROR_KEYS
-    assert snapshot(gw.store) == before
+    assert live.settled_snapshot(gw.store) == before
 
 
 def test_bad_input_is_the_sdk_error_class(gw):

@@ -13,7 +13,6 @@ import httpx
 import openai
 import pytest
 
-from store import connect
 from tests import live
 
 CALL = {"model": "gpt-4o", "messages": [{"role": "user", "content": "List the files."}], "max_tokens": 20}
@@ -38,9 +37,7 @@ def post(gw, session: str, body: dict = CALL) -> httpx.Response:
 
 
 def stored(store, session: str) -> list[dict]:
-    sql = "SELECT * FROM completions WHERE session_id = ? ORDER BY seq"
-    cursor = connect(store).sql(sql, params=[session])
-    return [dict(zip(cursor.columns, values, strict=True)) for values in cursor.fetchall()]
+    return live.store_rows(store, "session_id = ?", [session])
 
 
 @pytest.mark.parametrize("name", live.CHAT_FIXTURES)
@@ -151,8 +148,7 @@ def test_idle_sessions_get_compacted(stub, tmp_path):
 
 
 def test_gateway_in_front_of_a_separate_engine_process(engine, gateway, tmp_path):
-    script = tmp_path / "script.jsonl"
-    script.write_text(json.dumps({"content": "Hi from the script."}) + "\n")
+    script = live.write_script(tmp_path / "script.jsonl", [{"content": "Hi from the script."}])
     gw = gateway("--upstream", engine(script).url)
     chat = openai.OpenAI(base_url=f"{gw.url}/v1", api_key="sk-tap-engine", max_retries=0)
     answer = chat.chat.completions.create(model="any", messages=CALL["messages"])

@@ -4,18 +4,14 @@ mode, driven by the official `google-genai` SDK; every check reads the Parquet s
 
 from __future__ import annotations
 
-import hashlib
 import json
 import re
-import time
-from pathlib import Path
 
 import httpx
 import pytest
 from google import genai
 from google.genai import errors, types
 
-from store import connect
 from tests import live
 
 BASH_ARGS = {"command": "ls"}
@@ -41,10 +37,7 @@ GENERATE = f"/v1beta/models/{MODEL}:generateContent"
 
 @pytest.fixture(scope="module")
 def gw(tmp_path_factory, tracetap_home):
-    root = tmp_path_factory.mktemp("gemini-e2e")
-    script = root / "script.jsonl"
-    script.write_text("".join(json.dumps(line) + "\n" for line in SCRIPT))
-    with live.start_gateway(root / "store", "--script", str(script)) as process:
+    with live.scripted_gateway(tmp_path_factory.mktemp("gemini-e2e"), SCRIPT) as process:
         yield process
 
 
@@ -54,14 +47,7 @@ def client(gw, session: str) -> genai.Client:
 
 
 def rows(gw, session: str) -> list[dict]:
-    cursor = connect(gw.store).sql(
-        "SELECT * FROM completions WHERE session_id = ? ORDER BY seq", params=[f"sk-tap-{session}"])
-    return [dict(zip(cursor.columns, values, strict=True)) for values in cursor.fetchall()]
-
-
-def snapshot(store: Path) -> dict[str, str]:
-    return {str(p.relative_to(store)): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(store.rglob("*")) if p.is_file() and p.name != ".writer.lock"}
+    return live.store_rows(gw.store, "session_id = ?", [f"sk-tap-{session}"])
 
 
 def assert_aligned(row: dict) -> None:
@@ -145,10 +131,6 @@ def earlier_data(gw):
     """Something already stored that bad input must leave untouched."""
     gemini = client(gw, "gem-before-bad")  # keep the client: collecting it closes its connection pool
     gemini.models.generate_content(model=MODEL, contents="hi")
-    summary = gw.store / "sessions" / "session_id=sk-tap-gem-before-bad" / "session.parquet"
-    deadline = time.monotonic() + 10
-    while not summary.exists() and time.monotonic() < deadline:  # the session row is saved just after
-        time.sleep(0.05)
 
 
 def part(**fields) -> bytes:
@@ -171,7 +153,7 @@ def part(**fields) -> bytes:
 ], ids=["malformed-json", "not-an-object", "missing-contents", "contents-type", "unknown-part",
         "call-in-user-turn", "text-type", "config-type", "stream", "unknown-verb"])
 def test_bad_input_is_a_gemini_error_and_writes_nothing(gw, earlier_data, path, body, status, fragment):
-    before = snapshot(gw.store)
+    before = live.settled_snapshot(gw.store)
     response = httpx.post(gw.url + path, content=body, timeout=60,
                           headers={"x-goog-api-key": "sk-tap-gem-bad", "content-type": "application/json"})
     assert response.status_code == status
@@ -179,7 +161,7 @@ def test_bad_input_is_a_gemini_error_and_writes_nothing(gw, earlier_data, path, 
     assert set(error) == {"code", "message", "status"} and error["code"] == status
     assert error["status"] == {400: "INVALID_ARGUMENT", 404: "NOT_FOUND"}[status]
     assert fragment in error["message"]
-    assert snapshot(gw.store) == before and len(rows(gw, "gem-before-bad")) == 1
+    assert live.settled_snapshot(gw.store) == before and len(rows(gw, "gem-before-bad")) == 1
 
 
 def test_bad_input_is_the_sdk_error_class(gw):

@@ -5,16 +5,12 @@ reasoning replayed as encrypted_content); every check reads the Parquet store th
 
 from __future__ import annotations
 
-import hashlib
 import json
-import time
-from pathlib import Path
 
 import httpx
 import openai
 import pytest
 
-from store import connect
 from tests import live
 
 MODEL = "gpt-5-codex"
@@ -34,10 +30,7 @@ QUESTION = {"type": "message", "role": "user", "content": [{"type": "input_text"
 
 @pytest.fixture(scope="module")
 def gw(tmp_path_factory, tracetap_home):
-    root = tmp_path_factory.mktemp("responses-e2e")
-    script = root / "script.jsonl"
-    script.write_text("".join(json.dumps(line) + "\n" for line in SCRIPT))
-    with live.start_gateway(root / "store", "--script", str(script)) as process:
+    with live.scripted_gateway(tmp_path_factory.mktemp("responses-e2e"), SCRIPT) as process:
         yield process
 
 
@@ -47,23 +40,7 @@ def client(gw, session: str) -> openai.OpenAI:
 
 
 def rows(gw, session: str) -> list[dict]:
-    sql = "SELECT * FROM completions WHERE session_id = ? ORDER BY seq"
-    cursor = connect(gw.store).execute(sql, [f"sk-tap-{session}"])
-    names = [column[0] for column in cursor.description]
-    return [dict(zip(names, values, strict=True)) for values in cursor.fetchall()]
-
-
-def snapshot(store: Path) -> dict[str, str]:
-    """The store's files and their hashes once the writer's deferred session-row saves have settled."""
-    previous, deadline = None, time.monotonic() + 10
-    while time.monotonic() < deadline:
-        current = {str(p.relative_to(store)): hashlib.sha256(p.read_bytes()).hexdigest()
-                   for p in sorted(store.rglob("*")) if p.is_file() and p.name != ".writer.lock"}
-        if current == previous and not any(name.endswith(".tmp") for name in current):
-            return current
-        previous = current
-        time.sleep(0.2)
-    raise AssertionError("the store kept changing")
+    return live.store_rows(gw.store, "session_id = ?", [f"sk-tap-{session}"])
 
 
 def replay(response) -> list[dict]:
@@ -185,14 +162,14 @@ GOOD = {"model": MODEL, "input": "hi"}
 ], ids=["invalid-json", "missing-input", "input-type", "item-type", "part-type", "max-output-tokens-type",
         "tools-type", "previous-response-id", "input-tokens"])
 def test_bad_input_is_an_openai_400_and_writes_nothing(gw, earlier_data, path: str, body: bytes):
-    before = snapshot(gw.store)
+    before = live.settled_snapshot(gw.store)
     headers = {"authorization": "Bearer sk-tap-bad-input", "content-type": "application/json"}
     response = httpx.post(gw.url + path, content=body, timeout=60, headers=headers)
     assert response.status_code == 400
     error = response.json()["error"]
     assert set(error) == {"message", "type", "param", "code"} and error["type"] == "invalid_request_error"
     assert error["message"]
-    assert snapshot(gw.store) == before
+    assert live.settled_snapshot(gw.store) == before
     assert len(rows(gw, "before-bad-input")) == 3
 
 

@@ -24,7 +24,7 @@ from google.genai import types
 from capture.record import Call, build_row
 from capture.replay import RecordedStore, ReplayMiss, ReplayUpstream, chat_body
 from capture.upstream import UpstreamClient, UpstreamError, parse_chat_response, strip_token_arrays, with_token_flags
-from store import StoreWriter, connect
+from store import StoreWriter
 from tests import live
 from tracetap.cli import cli
 
@@ -174,11 +174,8 @@ def dump(value: object) -> object:
 
 
 def rows(store: Path, where: str = "true", params: list | None = None) -> list[dict]:
-    sql = f"SELECT * FROM completions WHERE {where} ORDER BY session_id, seq"
-    cursor = connect(store).execute(sql, params or [])
-    names = [column[0] for column in cursor.description]
-    return [{**dict(zip(names, values, strict=True)), "meta": json.loads(values[names.index("metadata_json")])}
-            for values in cursor.fetchall()]
+    """`live.store_rows` plus `meta`, the parsed metadata_json."""
+    return [{**row, "meta": json.loads(row["metadata_json"])} for row in live.store_rows(store, where, params)]
 
 
 @dataclass
@@ -193,9 +190,7 @@ class RecordedRuns:
 def recording(tmp_path_factory, tracetap_home):
     """One session per API recorded through a real gateway, which is stopped before any replay."""
     root = tmp_path_factory.mktemp("replay")
-    script = root / "script.jsonl"
-    script.write_text("".join(json.dumps(line) + "\n" for line in SCRIPT))
-    with live.start_engine(root / "engine", script) as engine:
+    with live.start_engine(root / "engine", live.write_script(root / "script.jsonl", SCRIPT)) as engine:
         with live.start_gateway(root / "recorded", "--upstream", engine.url) as gateway:
             runs = {api: run(api, gateway.url, session(api)) for api in APIS}
         yield RecordedRuns(root, gateway.store, engine, runs)

@@ -8,11 +8,11 @@ from pathlib import Path
 
 import click
 
-from tracetap.commands.gateway import _listen
+from tracetap.common import listen_address
 
 
 @click.command("engine")
-@click.option("--listen", default="127.0.0.1:8000", show_default=True, callback=_listen,
+@click.option("--listen", default="127.0.0.1:8000", show_default=True, callback=listen_address,
               help="HOST:PORT to serve on (port 0 picks a free one).")
 @click.option("--script", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
               help="Scripted mode: JSONL of assistant messages, played in order per x-tracetap-session.")

@@ -7,20 +7,15 @@ from pathlib import Path
 
 import click
 
+from tracetap.common import listen_address
+
 LOCAL = "local"
-
-
-def _listen(ctx: click.Context, param: click.Parameter, value: str) -> tuple[str, int]:
-    host, sep, port = value.rpartition(":")
-    if not sep or not host or not port.isdigit() or int(port) > 65535:
-        raise click.BadParameter(f"expected HOST:PORT, got {value!r}")
-    return host, int(port)
 
 
 @click.command("gateway")
 @click.option("--store", required=True, type=click.Path(file_okay=False, path_type=Path),
               help="Store directory (created when missing).")
-@click.option("--listen", default="127.0.0.1:8787", show_default=True, callback=_listen,
+@click.option("--listen", default="127.0.0.1:8787", show_default=True, callback=listen_address,
               help="HOST:PORT to serve on (port 0 picks a free one).")
 @click.option("--upstream", default=LOCAL, show_default=True,
               help="Engine base URL (vLLM/SGLang OpenAI server), or 'local' for the embedded engine.")

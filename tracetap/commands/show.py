@@ -11,7 +11,7 @@ import click
 from report.session_view import BUILDER_ORDER, SessionNotFound, load_session_view
 from store import InvalidSessionId
 from tracetap.commands.sql import decode
-from tracetap.common import _jsonable, store_option
+from tracetap.common import jsonable, store_option
 
 
 def decode_token(token_id: int) -> str:
@@ -46,6 +46,6 @@ def command(store: Path, session: str, html_file: Path | None, builder: str | No
         click.echo(f"wrote {html_file}", err=json_)
     if json_:
         # one line: a long trace has thousands of tokens (pipe through `jq` to read it)
-        click.echo(json.dumps(asdict(view), default=_jsonable, ensure_ascii=False))
+        click.echo(json.dumps(asdict(view), default=jsonable, ensure_ascii=False))
     elif html_file is None:
         click.echo(render_session(view))
