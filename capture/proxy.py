@@ -42,11 +42,14 @@ def announce(host: str, port: int) -> None:
 
 def run_gateway(store: Path, listen_host: str, listen_port: int, upstream_url: str,
                 upstream_kind: str = "vllm", served_model: str | None = None, confdir: Path | None = None,
-                on_ready: Callable[[str, int], None] = announce, **tuning: float) -> None:
-    """Serve until SIGTERM/SIGINT. `tuning`: tracetap_* options without the prefix (timeout, max_body,
-    compact_every, idle_seconds). A `listen_port` of 0 picks a free port (reported to `on_ready`)."""
+                on_ready: Callable[[str, int], None] = announce, **settings: float | str | list[str]) -> None:
+    """Serve until SIGTERM/SIGINT. A `listen_port` of 0 picks a free port (reported to `on_ready`).
+
+    `settings` are the addon's other tracetap_* options without the prefix (see `Gateway.load`): the
+    numbers timeout, max_body, compact_every, idle_seconds, and for replay mode replay (a store path),
+    replay_session, replay_miss ("error" or "forward") and replay_ignore (a list of field paths)."""
     options = {"store": str(store), "upstream": upstream_url, "upstream_kind": upstream_kind,
-               "served_model": served_model or "", **tuning}
+               "served_model": served_model or "", **settings}
     asyncio.run(_serve(listen_host, listen_port, upstream_url, confdir, options, on_ready))
 
 

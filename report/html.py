@@ -100,9 +100,7 @@ def _session_facts(view: SessionView) -> str:
 
 def _turn(sid: str, turn: TurnView, level: int) -> str:
     status = f'<span class="{"ok" if turn.status == "ok" else "bad"}">{escape(turn.status)}</span>'
-    model = turn.served_model if turn.requested_model in (None, turn.served_model) \
-        else f"{turn.requested_model} → {turn.served_model}"
-    facts = _facts([("api", turn.api), ("model", model), ("http", turn.http_status),
+    facts = _facts([("api", turn.api), ("model", turn.model_label("→")), ("http", turn.http_status),
                     ("upstream ms", turn.upstream_ms), ("gateway ms", turn.gateway_ms),
                     ("finish", turn.finish_reason), ("prompt", turn.prompt_tokens),
                     ("completion", turn.completion_tokens), ("mean logprob", turn.mean_logprob),

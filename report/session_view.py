@@ -71,6 +71,12 @@ class TurnView:
     mean_logprob: float | None
     capture_mode: str | None
 
+    def model_label(self, arrow: str) -> str | None:
+        """The served model, or `requested ARROW served` when the harness asked for another name."""
+        if self.requested_model in (None, self.served_model):
+            return self.served_model
+        return f"{self.requested_model} {arrow} {self.served_model}"
+
 
 @dataclass(frozen=True, slots=True)
 class TokenView:

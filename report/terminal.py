@@ -59,8 +59,7 @@ def _session_header(view: SessionView) -> str:
 def _turn(turn: TurnView) -> list[str]:
     status = click.style(turn.status, fg="green" if turn.status == "ok" else "red",
                          bold=True if turn.status != "ok" else None)
-    model = turn.served_model if turn.requested_model in (None, turn.served_model) \
-        else f"{turn.requested_model} -> {turn.served_model}"
+    model = turn.model_label("->")
     tokens = f"{turn.prompt_tokens}+{turn.completion_tokens}" if turn.prompt_tokens is not None else None
     facts = _join([("http", turn.http_status), ("upstream_ms", turn.upstream_ms),
                    ("gateway_ms", turn.gateway_ms), ("finish", turn.finish_reason), ("tokens", tokens),

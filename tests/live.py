@@ -22,7 +22,7 @@ from pathlib import Path
 
 from capture.upstream import TokenCapture, parse_chat_response, parse_chat_stream
 from store import connect
-from tracetap.launch import GatewayProcess, free_port, start_gateway
+from tracetap.launch import ChildProcess, GatewayProcess, free_port, start_gateway
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "vllm-0.32.0"
 INDEX = json.loads((FIXTURES / "index.json").read_text())
@@ -55,30 +55,12 @@ def fixture_request(name: str) -> dict:
 
 
 @dataclass
-class EngineProcess:
+class EngineProcess(ChildProcess):
     """A `tracetap engine` child process; `url` is its root (OpenAI clients add /v1)."""
 
     process: subprocess.Popen
     log_path: Path
     url: str = ""
-
-    def stop(self, timeout: float = 15.0) -> None:
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
-
-    def log(self) -> str:
-        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
-
-    def __enter__(self) -> EngineProcess:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
 
 
 def start_engine(workdir: Path, script: Path | None = None, timeout: float = 180.0) -> EngineProcess:

@@ -10,6 +10,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Self
 
 from capture.proxy import READY_MARKER
 
@@ -20,8 +21,33 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
+class ChildProcess:
+    """A child started with its output in `log_path`; stopped by its pid (SIGKILL if it will not go)."""
+
+    process: subprocess.Popen
+    log_path: Path
+
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = 15.0) -> None:
+        if self.process.poll() is None:
+            self.process.send_signal(sig)
+            try:
+                self.process.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
 @dataclass
-class GatewayProcess:
+class GatewayProcess(ChildProcess):
     """A `tracetap gateway` child process; `url` is its root (OpenAI clients add /v1)."""
 
     store: Path
@@ -34,27 +60,9 @@ class GatewayProcess:
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
-    def stop(self, sig: int = signal.SIGTERM, timeout: float = 15.0) -> None:
-        if self.process.poll() is None:
-            self.process.send_signal(sig)
-            try:
-                self.process.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
-
     def kill(self) -> None:
         """SIGKILL by pid: what a crash looks like to the store."""
         self.stop(signal.SIGKILL)
-
-    def log(self) -> str:
-        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
-
-    def __enter__(self) -> GatewayProcess:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
 
 
 def start_gateway(store: Path, *args: str, port: int | None = None, timeout: float = 120.0,

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 
-from capture.adapters.base import RequestContext, first_choice, reasoning_text, sse_frame
+from capture.adapters.base import RequestContext, first_choice, reasoning_text, request_body, sse_frame
 from capture.adapters.chat_parts import arguments_object, usage_of
 from capture.adapters.gemini_request import include_thoughts, to_chat_request
 

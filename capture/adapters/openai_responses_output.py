@@ -21,7 +21,7 @@ import binascii
 import json
 import re
 
-from capture.adapters.base import AdapterError, RequestContext, first_choice, reasoning_text, sse_frame
+from capture.adapters.base import AdapterError, RequestContext, first_choice, reasoning_text, request_body, sse_frame
 from capture.adapters.chat_parts import usage_of
 
 SEAL_PREFIX = "tracetap:v1:"

@@ -36,10 +36,10 @@ def test_bad_listen_is_a_usage_error() -> None:
     assert result.exit_code == 2 and "HOST:PORT" in result.output
 
 
-def test_serves_until_sigterm(engine_home: Path, script_file: Path) -> None:
+def test_serves_until_sigterm(tracetap_home: Path, script_file: Path) -> None:
     command = [sys.executable, "-c", "from tracetap.cli import main; main()", "engine",
                "--listen", "127.0.0.1:0", "--script", str(script_file), "--served-model", "cli-tiny"]
-    child = subprocess.Popen(command, cwd=REPO, env={**os.environ, "TRACETAP_HOME": str(engine_home)},
+    child = subprocess.Popen(command, cwd=REPO, env={**os.environ, "TRACETAP_HOME": str(tracetap_home)},
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         banner = child.stdout.readline()

@@ -1,4 +1,4 @@
-"""Viewer fixtures: the engine's real tokenizer and one real store (tests/report/viewstore.py)."""
+"""Viewer fixtures: the engine's real tokenizer, one real store (tests/report/viewstore.py) and its view."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import pytest
 from viewstore import make_view_store, query
 
 from engine.tokenizer import ChatTokenizer, load_tokenizer
+from report.session_view import SessionView, load_session_view
 from tests.browser import Browser
 
 
@@ -24,6 +25,12 @@ def decode_token(tok: ChatTokenizer):
 @pytest.fixture(scope="session")
 def view_store(tmp_path_factory: pytest.TempPathFactory, tok: ChatTokenizer) -> Path:
     return make_view_store(tmp_path_factory.mktemp("views") / "store", tok)
+
+
+@pytest.fixture(scope="module")
+def view(view_store: Path, decode_token) -> SessionView:
+    """Session view-1 as the viewers get it (fresh per test module)."""
+    return load_session_view(view_store, "view-1", decode_token)
 
 
 @pytest.fixture(scope="session")

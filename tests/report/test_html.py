@@ -10,14 +10,9 @@ import pytest
 from viewstore import FAILED_ERROR, FINAL
 
 from report.html import KIND_CLASS, render_session_page
-from report.session_view import INTER, PROMPT, TRAIN, SessionView, TokenView, TraceView, load_session_view
+from report.session_view import INTER, PROMPT, TRAIN, SessionView, TokenView, TraceView
 
 TOKEN_SPAN = re.compile(r'<span class="([pti])(?: h([0-4]))?" title="([^"]*)">([^<]*)</span>')
-
-
-@pytest.fixture(scope="module")
-def view(view_store, decode_token):
-    return load_session_view(view_store, "view-1", decode_token)
 
 
 @pytest.fixture(scope="module")

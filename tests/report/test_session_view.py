@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 from viewstore import FAILED_ERROR, FINAL, REPLIES, TOOL_RESULTS, USER, ok_row, query
 
@@ -16,11 +18,6 @@ from report.session_view import (
     visible_text,
 )
 from store import InvalidSessionId, StoreWriter
-
-
-@pytest.fixture(scope="module")
-def view(view_store, decode_token):
-    return load_session_view(view_store, "view-1", decode_token)
 
 
 def test_turns_follow_the_recorded_calls_in_seq_order(view, view_store):
@@ -129,3 +126,11 @@ def test_heat_levels(logprob, level):
 ])
 def test_visible_text(text, shown):
     assert visible_text(text) == shown
+
+
+@pytest.mark.parametrize(("requested", "served", "label"), [
+    (None, "tiny", "tiny"), ("tiny", "tiny", "tiny"), ("gpt-x", "tiny", "gpt-x -> tiny"),
+])
+def test_model_label_shows_a_renamed_model(view, requested, served, label):
+    turn = replace(view.turns[0], requested_model=requested, served_model=served)
+    assert turn.model_label("->") == label

@@ -8,13 +8,8 @@ import click
 import pytest
 from viewstore import FAILED_ERROR, FINAL
 
-from report.session_view import INTER, PROMPT, TRAIN, load_session_view
+from report.session_view import INTER, PROMPT, TRAIN
 from report.terminal import SHADES, STYLES, render_session
-
-
-@pytest.fixture(scope="module")
-def view(view_store, decode_token):
-    return load_session_view(view_store, "view-1", decode_token)
 
 
 @pytest.fixture(scope="module")

@@ -69,7 +69,7 @@ def command(store: Path, listen: tuple[str, int], upstream: str, upstream_kind: 
 
 
 def _replay_options(store: Path, replay: Path | None, session: str | None, miss: str,
-                    ignore: tuple[str, ...]) -> dict:
+                    ignore: tuple[str, ...]) -> dict[str, str | list[str]]:
     """The gateway's replay settings (none without --replay), checked before anything starts."""
     from capture.replay_match import check_ignore_path
     from store import StoreError, validate_session_id
