@@ -108,11 +108,13 @@ def store_rows(store: Path, where: str = "true", params: list | None = None) -> 
 def settled_snapshot(store: Path, timeout: float = 10.0) -> dict[str, str]:
     """The store's files and their sha256, read once they stop changing: the writer saves session rows
     on a background thread shortly after each call, so an immediate read can race that save."""
-    previous, deadline = None, time.monotonic() + timeout
+    previous, steady, deadline = None, 0, time.monotonic() + timeout
     while time.monotonic() < deadline:
         current = {str(p.relative_to(store)): hashlib.sha256(p.read_bytes()).hexdigest()
                    for p in sorted(store.rglob("*")) if p.is_file() and p.name != ".writer.lock"}
-        if current == previous and not any(name.endswith(".tmp") for name in current):
+        quiet = current == previous and not any(name.endswith(".tmp") for name in current)
+        steady = steady + 1 if quiet else 0
+        if steady == 3:  # unchanged for ~0.6 s: well past the writer's 50 ms batching of session rows
             return current
         previous = current
         time.sleep(0.2)
