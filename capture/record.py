@@ -52,6 +52,7 @@ class Call:
     error: str | None = None
     upstream_body: dict | None = None
     upstream_ms: float | None = None
+    labels: dict = field(default_factory=dict)  # task_id / policy_version named by the caller
     metadata: dict = field(default_factory=dict)  # from the upstream (a replay's capture_mode and source)
     created_at: datetime = field(default_factory=lambda: datetime.now(UTC))
     started: float = field(default_factory=time.perf_counter)
@@ -67,7 +68,7 @@ def build_row(call: Call, capture_mode: str = "live") -> dict:
         error=call.error, request_json=_json(redact(call.request_body)),
         chat_request_json=_json(redact(call.chat_request)), response_json=_json(call.response_body),
         upstream_ms=call.upstream_ms, gateway_ms=(time.perf_counter() - call.started) * 1000,
-        metadata_json=_json(_metadata(call, capture_mode)),
+        metadata_json=_json(_metadata(call, capture_mode)), **call.labels,
     )
     if call.capture is not None and call.status == "ok":
         row.update(_token_columns(call.capture))

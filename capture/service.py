@@ -22,7 +22,7 @@ from capture import detect as routes
 from capture.adapters import ADAPTERS
 from capture.adapters.base import AdapterError, RequestContext
 from capture.record import Call, build_row, display_path
-from capture.sessions import SessionError, bind, split_prefix
+from capture.sessions import SessionError, bind, labels, split_prefix
 from capture.upstream import UpstreamClient, UpstreamError
 from store.paths import InvalidSessionId, session_dir, validate_session_id
 
@@ -65,6 +65,7 @@ class Request:
     query: Mapping[str, str]
     body: bytes
     received: float = field(default_factory=time.perf_counter)
+    labels: dict[str, str] = field(default_factory=dict)  # task_id / policy_version the caller named
     created_at: datetime = field(default_factory=lambda: datetime.now(UTC))
 
 
@@ -98,6 +99,7 @@ class GatewayService:
             if data is not None:
                 route = routes.detect(request.method, provider_path, request.headers, data)
             binding = bind(request.path, request.headers, request.query, self.registered)
+            request.labels = labels(provider_path, request.headers, request.query)
             handler = self._handlers()[route.endpoint]
             return await handler(request, route, binding, data)
         except Reject as exc:
@@ -135,7 +137,7 @@ class GatewayService:
                     path=display_path(binding.path, request.query), stream=route.stream,
                     requested_model=ctx.requested_model, request_body=data, completion_id=ctx.completion_id,
                     user_agent=request.headers.get("user-agent"), session_source=binding.source,
-                    served_model=ctx.served_model, chat_request=chat_request,
+                    served_model=ctx.served_model, chat_request=chat_request, labels=request.labels,
                     created_at=request.created_at, started=request.received)
         try:
             result = await self.upstream.chat(chat_request, binding.session_id)

@@ -104,3 +104,23 @@ def _valid(sid: str, path: str, shown: str | None = None) -> str:
         raise SessionError(
             f"invalid {what}: session ids must match ^[A-Za-z0-9][A-Za-z0-9_.-]{{0,127}}$", path
         ) from None
+
+
+# label -> (header, query parameter) a harness or rollout driver may set on any call
+LABELS = {"task_id": ("x-tracetap-task", "task_id"),
+          "policy_version": ("x-tracetap-policy-version", "policy_version")}
+MAX_LABEL = 256
+
+
+def labels(path: str, headers: Mapping[str, str], query: Mapping[str, str]) -> dict[str, str]:
+    """Task id and policy version of a call, when the caller names them (header first, then query)."""
+    found = {}
+    for name, (header, param) in LABELS.items():
+        value = headers.get(header) or query.get(param)
+        if not _given(value):
+            continue
+        value = value.strip()
+        if len(value) > MAX_LABEL or not value.isprintable():
+            raise SessionError(f"{header} must be printable text of at most {MAX_LABEL} characters", path)
+        found[name] = value
+    return found

@@ -83,12 +83,14 @@ def execute_tool(workspace: Path, name: str, arguments: str) -> str:
     return f"unknown tool {name}"
 
 
-def run_agent(base_url: str, session_id: str, task: str, workspace: Path,
-              model: str = "demo-model", max_turns: int = 12) -> AgentRun:
-    """Loop until the model answers without tool calls (or max_turns). The API key is the session id."""
+def run_agent(base_url: str, session_id: str, task: str, workspace: Path, model: str = "demo-model",
+              max_turns: int = 12, task_id: str | None = None) -> AgentRun:
+    """Loop until the model answers without tool calls (or max_turns). The API key is the session id;
+    `task_id` labels every call (header `x-tracetap-task`)."""
     from openai import OpenAI
 
-    client = OpenAI(base_url=base_url, api_key=session_id, max_retries=0)
+    headers = {"x-tracetap-task": task_id} if task_id else None
+    client = OpenAI(base_url=base_url, api_key=session_id, max_retries=0, default_headers=headers)
     messages: list[dict] = [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": task}]
     run = AgentRun(session_id=session_id)
     for _ in range(max_turns):

@@ -86,7 +86,8 @@ def run_sessions(result: DemoResult, sessions: int, say: Callable[[str], None],
             session_id = f"sk-tap-demo-{n}"
             budget = SHORT_BUDGET if n == sessions and sessions > 1 else 12
             workspace = prepare_workspace(result.out_dir, session_id)
-            run = run_agent(f"{gateway.url}/v1", session_id, TASK, workspace, max_turns=budget)
+            run = run_agent(f"{gateway.url}/v1", session_id, TASK, workspace, max_turns=budget, task_id=TASK_ID)
+            gateway.close_session(session_id)
             result.runs.append(run)
             say(f"{session_id}: {run.turns} turns, tools: {', '.join(run.tool_calls)}")
 
@@ -107,6 +108,7 @@ def run_harness_sessions(result: DemoResult, sessions: int, say: Callable[[str],
             workspace = prepare_workspace(result.out_dir, session_id)
             harnesses.check(harnesses.run_harness(preset, binary, gateway.url, session_id, TASK, workspace,
                                                   result.out_dir / "homes" / session_id))
+            gateway.close_session(session_id)
             run = recorded_run(result.store, session_id)
             result.runs.append(run)
             say(f"{session_id}: {name} made {run.turns} calls, tools: {', '.join(run.tool_calls)}")

@@ -8,6 +8,7 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Self
@@ -63,6 +64,12 @@ class GatewayProcess(ChildProcess):
     def kill(self) -> None:
         """SIGKILL by pid: what a crash looks like to the store."""
         self.stop(signal.SIGKILL)
+
+    def close_session(self, session_id: str) -> None:
+        """Tell the gateway a session is over: it compacts the session's files and marks it closed."""
+        request = urllib.request.Request(f"{self.url}/sessions/{session_id}/close", method="POST", data=b"")
+        with urllib.request.urlopen(request, timeout=60) as reply:
+            reply.read()
 
 
 def start_gateway(store: Path, *args: str, port: int | None = None, timeout: float = 120.0,

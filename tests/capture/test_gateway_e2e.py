@@ -12,6 +12,7 @@ import openai
 import pytest
 
 from engine.tokenizer import load_tokenizer
+from store import connect
 from tests import live
 
 COMMAND = {"type": "object", "properties": {"command": {"type": "string"}}, "required": ["command"]}
@@ -77,6 +78,16 @@ def test_tool_round_trip(gw):
     assert json.loads(second["response_json"])["choices"][0]["message"]["content"] == "There are two files."
     assert {r["requested_model"] for r in (first, second)} == {"gpt-4o"}
     assert {r["served_model"] for r in (first, second)} == {"tracetap-tiny"}
+
+
+def test_task_and_policy_version_labels_are_recorded(gw):
+    chat = client(gw, key="sk-tap-labelled", **{"x-tracetap-task": "fix-calc", "x-tracetap-policy-version": "3"})
+    chat.chat.completions.create(model="m", messages=FIRST_TURN, max_tokens=8)
+    (row,) = rows(gw, "session_id = 'sk-tap-labelled'")
+    assert (row["task_id"], row["policy_version"]) == ("fix-calc", "3")
+    live.settled_snapshot(gw.store)  # the session row is saved just after the call
+    session = connect(gw.store).execute("SELECT task_id FROM sessions WHERE session_id = 'sk-tap-labelled'")
+    assert session.fetchone() == ("fix-calc",)
 
 
 def test_raw_stream_chunks(gw):

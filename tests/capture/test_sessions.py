@@ -6,7 +6,7 @@ import hashlib
 
 import pytest
 
-from capture.sessions import DEFAULT_SESSION, Binding, SessionError, bind, key_session_id
+from capture.sessions import DEFAULT_SESSION, Binding, SessionError, bind, key_session_id, labels
 
 CHAT = "/v1/chat/completions"
 
@@ -68,3 +68,19 @@ def test_invalid_key_is_not_echoed():
     with pytest.raises(SessionError) as error:
         bind(CHAT, {"x-api-key": "sk-tap-top secret"}, {})
     assert "top secret" not in str(error.value)
+
+
+@pytest.mark.parametrize(("headers", "query", "expected"), [
+    ({}, {}, {}),
+    ({"x-tracetap-task": "fix-calc"}, {"task_id": "q"}, {"task_id": "fix-calc"}),
+    ({}, {"task_id": " t1 ", "policy_version": "7"}, {"task_id": "t1", "policy_version": "7"}),
+    ({"x-tracetap-policy-version": "step-12", "x-tracetap-task": "  "}, {}, {"policy_version": "step-12"}),
+])
+def test_labels_name_task_and_policy_version(headers, query, expected):
+    assert labels(CHAT, headers, query) == expected
+
+
+@pytest.mark.parametrize("value", ["x" * 257, "bad\nline", "tab\there"])
+def test_labels_reject_unprintable_or_huge_values(value):
+    with pytest.raises(SessionError):
+        labels(CHAT, {"x-tracetap-task": value}, {})
