@@ -30,7 +30,7 @@ from pathlib import Path
 import duckdb
 from synthetic_chat import Shape, session_id, write_sessions
 
-from builders.runner import build, list_sessions
+from builders.runner import BUILD_THREADS, build, list_sessions
 from store.catalog import table_files
 from store.compaction import compact_store
 
@@ -176,7 +176,7 @@ def markdown(stages: list[dict], shape: Shape, repeat: int) -> str:
         f"{last['largest_session_tokens'] * 4 / 2**20:.1f} MiB of int32 ids). Each step runs in a fresh "
         f"process (median of {repeat}); peak RSS is its VmHWM, growth is over its RSS right before the step "
         f"(interpreter and libraries loaded). Warm page cache; DuckDB uses all {os.cpu_count()} cores, the "
-        "builders one Python thread.",
+        f"builders run {BUILD_THREADS} sessions at a time (builders.runner.BUILD_THREADS).",
         "",
         "| sessions | step | seconds | M tokens/s | x scan | peak RSS MiB | RSS growth MiB | traces | tokens in traces "
         "| loss-1 tokens | written MiB/session |",
