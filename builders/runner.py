@@ -19,7 +19,6 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from builders import per_request, prefix_merging
 from builders.base import Builder
@@ -100,39 +99,19 @@ def table_rows(table: pa.Table) -> list[dict]:
     return [dict(zip(columns, values, strict=True)) for values in zip(*columns.values(), strict=True)]
 
 
-def _has_types(stored: pa.Schema, target: pa.Schema) -> bool:
-    return all(stored.get_field_index(f.name) >= 0 and stored.field(f.name).type == f.type for f in target)
-
-
-def read_files(paths: list[Path], schema: pa.Schema, columns: list[str] | None = None) -> pa.Table:
-    """store.files.read_parquet, faster: a file that already stores the columns with the store's types
-    is read by ParquetFile on this thread (pq.read_table's dataset layer costs ~1 ms a file and its
-    column threads only contend with the other session in flight); other files go through read_parquet."""
-    target = read_parquet([], schema, columns).schema
-    tables = []
-    for path in paths:
-        with pq.ParquetFile(path) as handle:
-            if _has_types(handle.schema_arrow, target):
-                stored = handle.read(columns=target.names, use_threads=False).select(target.names)
-                tables.append(pa.Table.from_arrays(stored.columns, schema=target))
-                continue
-        tables.append(read_parquet([path], schema, columns))
-    return pa.concat_tables(tables) if tables else target.empty_table()
-
-
 def load_session(store_root: Path | str, session_id: str) -> tuple[list[dict], dict | None]:
     """(the session's completion rows in seq order, its sessions row or None)."""
     root, sid = Path(store_root), validate_session_id(session_id)
     directory = session_dir(root, "completions", sid)
     for attempt in range(3):  # compaction may delete a file between listing and reading it
         try:
-            table = read_files(live_files(directory), COMPLETIONS, READ_COLUMNS)
+            table = read_parquet(live_files(directory), COMPLETIONS, READ_COLUMNS)
             break
         except FileNotFoundError:
             if attempt == 2:
                 raise
     path = session_file(root, sid)
-    sessions = read_files([path], SESSIONS).to_pylist() if path.exists() else []
+    sessions = read_parquet([path], SESSIONS).to_pylist() if path.exists() else []
     rows = sorted(table_rows(table), key=lambda row: row["seq"])
     return rows, sessions[0] if sessions else None
 

@@ -89,8 +89,19 @@ def read_parquet(paths: list[Path], schema: pa.Schema, columns: list[str] | None
     target = storage_schema(schema)
     if columns is not None:
         target = pa.schema([target.field(name) for name in columns])
-    tables = [pq.read_table(path, columns=columns, schema=target) for path in paths]
+    tables = [_read_one(Path(path), target) for path in paths]
     return pa.concat_tables(tables) if tables else target.empty_table()
+
+
+def _read_one(path: Path, target: pa.Schema) -> pa.Table:
+    """A file that already stores the wanted columns with the store's types is read directly, on this
+    thread (~1 ms a file cheaper than pq.read_table's dataset layer); an older layout is filled and cast."""
+    with pq.ParquetFile(path) as handle:
+        stored = handle.schema_arrow
+        if all(stored.get_field_index(f.name) >= 0 and stored.field(f.name).type == f.type for f in target):
+            table = handle.read(columns=target.names, use_threads=False).select(target.names)
+            return pa.Table.from_arrays(table.columns, schema=target)
+    return pq.read_table(path, columns=target.names, schema=target)
 
 
 def read_version(root: Path) -> int | None:

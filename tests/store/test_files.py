@@ -66,3 +66,14 @@ def test_check_store_accepts_a_store_and_refuses_a_missing_dir(tmp_path):
     assert read_version(tmp_path) == SCHEMA_VERSION
     with pytest.raises(StoreError, match="does not exist"):
         check_store(tmp_path / "missing")
+
+
+def test_read_parquet_casts_a_file_written_with_other_types(tmp_path):
+    """A file whose column types differ from the schema (an older layout) is cast, not misread."""
+    path = tmp_path / "old.parquet"
+    pq.write_table(pa.table({"session_id": ["s1"], "completions": pa.array([3], pa.int64())}), path)
+    fast = tmp_path / "new.parquet"
+    write_parquet_atomic(fast, rows_to_table("sessions", [{"session_id": "s2", "completions": 4}]))
+    table = read_parquet([path, fast], SESSIONS, ["session_id", "completions"])
+    assert table.schema == pa.schema([storage_schema(SESSIONS).field(n) for n in ("session_id", "completions")])
+    assert table.to_pylist() == [{"session_id": "s1", "completions": 3}, {"session_id": "s2", "completions": 4}]
