@@ -6,6 +6,7 @@ import json
 from collections.abc import Sequence
 from datetime import date, datetime
 from decimal import Decimal
+from functools import cache
 from pathlib import Path
 
 import click
@@ -93,3 +94,20 @@ def key_value_pairs(ctx: click.Context, param: click.Parameter, values: Sequence
             raise click.BadParameter(f"expected KEY=VALUE, got {item!r}", ctx, param)
         pairs[key] = value
     return pairs
+
+
+@cache
+def _tokenizer():
+    from engine.tokenizer import load_tokenizer  # a second or two; only when something is decoded
+
+    return load_tokenizer()
+
+
+def decode(ids: list[int]) -> str:
+    """Token ids as text with the embedded engine's Qwen3 tokenizer (the one tracetap builds offline);
+    what `decode(ids)` in SQL and the viewers use."""
+    return _tokenizer().decode(ids)
+
+
+def decode_token(token_id: int) -> str:
+    return decode([token_id])

@@ -149,11 +149,10 @@ def summarize(store_dir: Path) -> dict:
 
 
 def write_html_report(store_dir: Path, out_file: Path) -> Path:
-    from engine.tokenizer import load_tokenizer
     from report.demo_report import write_report
+    from tracetap.common import decode_token
 
-    tokenizer = load_tokenizer()
-    return write_report(store_dir, out_file, lambda token_id: tokenizer.decode([token_id]))
+    return write_report(store_dir, out_file, decode_token)
 
 
 def run_demo(out_dir: Path, sessions: int = 3, say: Callable[[str], None] = print,

@@ -10,13 +10,7 @@ import click
 
 from report.session_view import BUILDER_ORDER, SessionNotFound, load_session_view
 from store import InvalidSessionId
-from tracetap.commands.sql import decode
-from tracetap.common import jsonable, store_option
-
-
-def decode_token(token_id: int) -> str:
-    """One token's text with the embedded engine's tokenizer (loaded on first use)."""
-    return decode([token_id])
+from tracetap.common import decode_token, jsonable, store_option
 
 
 @click.command()

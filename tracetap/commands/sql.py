@@ -3,27 +3,14 @@
 from __future__ import annotations
 
 import sys
-from functools import cache
 from pathlib import Path
 
 import click
 
 from store import connect
-from tracetap.common import echo_json, echo_table, store_option
+from tracetap.common import decode, echo_json, echo_table, store_option
 
 PROMPT, MORE = "tracetap> ", "     ...> "
-
-
-@cache
-def _tokenizer():
-    from engine.tokenizer import load_tokenizer  # a second or two; only when decode() is used
-
-    return load_tokenizer()
-
-
-def decode(ids: list[int]) -> str:
-    """decode(ids) in SQL: the embedded engine's Qwen3 tokenizer, the one tracetap builds offline."""
-    return _tokenizer().decode(ids)
 
 
 def _run(con, sql: str, json_: bool) -> None:
