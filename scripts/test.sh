@@ -4,6 +4,11 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 VENV=${TRACETAP_VENV:-.venv}
 export TIKTOKEN_CACHE_DIR=${TIKTOKEN_CACHE_DIR:-$(mktemp -d)}
+# The report test renders pages in Debian's Chromium; install it where we can (a fresh CI machine).
+if [ ! -x /usr/bin/chromium ] && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get install -y -q chromium >/dev/null 2>&1 || { apt-get update -q >/dev/null && apt-get install -y -q chromium >/dev/null; }
+fi
 "$VENV/bin/ruff" check .
 "$VENV/bin/python" -m pytest -q "$@"
 "$VENV/bin/python" -m pytest -q -m harness tests/harness
