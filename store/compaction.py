@@ -81,7 +81,14 @@ def _remove(paths: list[Path], directory: Path) -> None:
 def _stale_temps(directory: Path) -> list[Path]:
     """Temp files a crashed writer left behind (old enough that no write can still own them)."""
     cutoff = time.time() - STALE_TMP_SECONDS
-    return [p for p in directory.glob(".*.tmp") if p.stat().st_mtime < cutoff]
+    stale = []
+    for path in directory.glob(".*.tmp"):
+        try:
+            if path.stat().st_mtime < cutoff:
+                stale.append(path)
+        except FileNotFoundError:  # a live write renamed it between the listing and the stat
+            continue
+    return stale
 
 
 def _merge(directory: Path, inputs: list[Path], covered: int) -> pa.Table:
