@@ -11,3 +11,5 @@
 
 Nothing here imports `engine`: the gateway talks HTTP to whatever engine runs upstream.
 """
+
+READY_MARKER = "tracetap gateway ready on "  # the line scripts and tests wait for (printed by proxy.announce)

@@ -16,9 +16,8 @@ from mitmproxy import ctx
 from mitmproxy.options import Options
 from mitmproxy.tools.dump import DumpMaster
 
+from capture import READY_MARKER
 from capture.addon import Gateway
-
-READY_MARKER = "tracetap gateway ready on "
 
 
 class _Announce:

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Self
 
-from capture.proxy import READY_MARKER
+from capture import READY_MARKER
 
 
 def free_port() -> int:
