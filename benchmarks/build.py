@@ -29,10 +29,9 @@ from pathlib import Path
 
 import duckdb
 from synthetic_chat import Shape, session_id, write_sessions
-
-from builders.runner import BUILD_THREADS, build, list_sessions
-from store.catalog import table_files
-from store.compaction import compact_store
+from tracetap.builders.runner import BUILD_THREADS, build, list_sessions
+from tracetap.store.catalog import table_files
+from tracetap.store.compaction import compact_store
 
 KINDS = ("scan", "prefix_merging", "per_request")
 LABELS = {"scan": "DuckDB scan (floor)", "prefix_merging": "prefix_merging", "per_request": "per_request"}

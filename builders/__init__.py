@@ -4,7 +4,7 @@
 `(completions, eot_id=None, session=None) -> (traces, stats)`; `build` runs one over a store.
 """
 
-from builders.prefix_merging import merge_session
-from builders.runner import BUILDERS, BuildSummary, build, list_sessions, load_session
+from tracetap.builders.prefix_merging import merge_session
+from tracetap.builders.runner import BUILDERS, BuildSummary, build, list_sessions, load_session
 
 __all__ = ["BUILDERS", "BuildSummary", "build", "list_sessions", "load_session", "merge_session"]

@@ -14,9 +14,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
-
-from builders.tokens import ids
-from builders.trainability import not_trainable_reasons
+from tracetap.builders.tokens import ids
+from tracetap.builders.trainability import not_trainable_reasons
 
 Builder = Callable[..., tuple[list[dict], dict]]
 

@@ -26,9 +26,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
-
-from builders.base import Call
-from builders.tokens import (
+from tracetap.builders.base import Call
+from tracetap.builders.tokens import (
     common_prefix_len,
     drift,
     find_first,

@@ -8,7 +8,7 @@ from the left would change every logprob after it. A trace whose prompt alone fi
 
 from __future__ import annotations
 
-from builders.rewards import add_metadata
+from tracetap.builders.rewards import add_metadata
 
 
 def _length(values) -> int:

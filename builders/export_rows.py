@@ -11,9 +11,8 @@ from __future__ import annotations
 import json
 
 import pyarrow as pa
-
-from store.files import storage_schema
-from store.schema import TRAJECTORIES
+from tracetap.store.files import storage_schema
+from tracetap.store.schema import TRAJECTORIES
 
 _T = storage_schema(TRAJECTORIES)
 _IDS = pa.list_(pa.int32())

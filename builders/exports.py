@@ -15,17 +15,16 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import duckdb
-
-from builders import export_rows as rows_
-from builders.export_atif import atif_document, session_completions
-from builders.export_budget import apply_budget
-from builders.export_writers import JsonDirSink, JsonlSink, ParquetSink
-from builders.rewards import join_session, load_rewards
-from store import connect
-from store.catalog import table_files
-from store.files import read_parquet
-from store.paths import validate_name
-from store.schema import TRAJECTORIES
+from tracetap.builders import export_rows as rows_
+from tracetap.builders.export_atif import atif_document, session_completions
+from tracetap.builders.export_budget import apply_budget
+from tracetap.builders.export_writers import JsonDirSink, JsonlSink, ParquetSink
+from tracetap.builders.rewards import join_session, load_rewards
+from tracetap.store import connect
+from tracetap.store.catalog import table_files
+from tracetap.store.files import read_parquet
+from tracetap.store.paths import validate_name
+from tracetap.store.schema import TRAJECTORIES
 
 FORMATS = ("parquet", "jsonl", "slime", "verl", "atif")
 

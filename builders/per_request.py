@@ -6,7 +6,7 @@ The baseline prefix_merging is measured against: every call is trained on its ow
 
 from __future__ import annotations
 
-from builders.base import base_stats, error_trace, prepare, session_fields, trace_row
+from tracetap.builders.base import base_stats, error_trace, prepare, session_fields, trace_row
 
 NAME = "per_request"
 

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from collections import Counter
 
-from builders.base import base_stats, error_trace, prepare, session_fields, trace_row
-from builders.chains import Router, Segment
-from builders.tokens import resolve_eot
+from tracetap.builders.base import base_stats, error_trace, prepare, session_fields, trace_row
+from tracetap.builders.chains import Router, Segment
+from tracetap.builders.tokens import resolve_eot
 
 NAME = "prefix_merging"
 

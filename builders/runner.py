@@ -19,14 +19,13 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
-
-from builders import per_request, prefix_merging
-from builders.base import Builder
-from store import validate_session_id, write_session_table
-from store.compaction import live_files
-from store.files import check_store, read_parquet
-from store.paths import SESSION_ID_PATTERN, session_dir, session_file
-from store.schema import COMPLETIONS, SESSIONS
+from tracetap.builders import per_request, prefix_merging
+from tracetap.builders.base import Builder
+from tracetap.store import validate_session_id, write_session_table
+from tracetap.store.compaction import live_files
+from tracetap.store.files import check_store, read_parquet
+from tracetap.store.paths import SESSION_ID_PATTERN, session_dir, session_file
+from tracetap.store.schema import COMPLETIONS, SESSIONS
 
 READ_COLUMNS = ["session_id", "seq", "completion_id", "task_id", "status", "http_status", "served_model",
                 "prompt_token_ids", "completion_token_ids", "logprobs", "finish_reason", "tool_calls",

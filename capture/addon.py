@@ -13,11 +13,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from mitmproxy import ctx, http
-
-from capture.replay import RecordedStore, ReplayUpstream
-from capture.service import FALLBACK_API, MAX_BODY, GatewayService, Reply, error_reply
-from capture.upstream import UpstreamClient
-from store import StoreWriter
+from tracetap.capture.replay import RecordedStore, ReplayUpstream
+from tracetap.capture.service import FALLBACK_API, MAX_BODY, GatewayService, Reply, error_reply
+from tracetap.capture.upstream import UpstreamClient
+from tracetap.store import StoreWriter
 
 logger = logging.getLogger("tracetap.gateway")
 

@@ -15,9 +15,8 @@ from pathlib import Path
 from mitmproxy import ctx
 from mitmproxy.options import Options
 from mitmproxy.tools.dump import DumpMaster
-
-from capture import READY_MARKER
-from capture.addon import Gateway
+from tracetap.capture import READY_MARKER
+from tracetap.capture.addon import Gateway
 
 
 class _Announce:

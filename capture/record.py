@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from urllib.parse import urlencode
 
-from capture.upstream import TokenCapture
-from store.schema import COMPLETIONS, empty_row
+from tracetap.capture.upstream import TokenCapture
+from tracetap.store.schema import COMPLETIONS, empty_row
 
 MASK = "[redacted]"
 _SECRET_NAMES = {"api_key", "apikey", "authorization", "x_api_key", "x_goog_api_key", "key", "password",

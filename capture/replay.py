@@ -34,15 +34,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pyarrow as pa
-
-from capture.replay_match import canonical, check_ignore_path, closest, match_key
-from capture.sessions import DEFAULT_SESSION
-from capture.upstream import UpstreamClient, UpstreamError, UpstreamResult, parse_chat_response, with_token_flags
-from store import connect
-from store.compaction import live_files
-from store.files import check_store, read_parquet
-from store.paths import session_dir, validate_session_id
-from store.schema import COMPLETIONS
+from tracetap.capture.replay_match import canonical, check_ignore_path, closest, match_key
+from tracetap.capture.sessions import DEFAULT_SESSION
+from tracetap.capture.upstream import (
+    UpstreamClient,
+    UpstreamError,
+    UpstreamResult,
+    parse_chat_response,
+    with_token_flags,
+)
+from tracetap.store import connect
+from tracetap.store.compaction import live_files
+from tracetap.store.files import check_store, read_parquet
+from tracetap.store.paths import session_dir, validate_session_id
+from tracetap.store.schema import COMPLETIONS
 
 logger = logging.getLogger("tracetap.gateway")
 

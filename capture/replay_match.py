@@ -28,7 +28,7 @@ import hashlib
 import json
 from collections.abc import Iterable, Sequence
 
-from capture.record import redact
+from tracetap.capture.record import redact
 
 VOLATILE = ("model", "stream", "stream_options", "metadata", "user", "logprobs", "return_token_ids",
             "return_prompt_token_ids", "return_meta_info")

@@ -18,13 +18,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 
-from capture import detect as routes
-from capture.adapters import ADAPTERS
-from capture.adapters.base import AdapterError, RequestContext
-from capture.record import Call, build_row, display_path
-from capture.sessions import SessionError, bind, labels, split_prefix
-from capture.upstream import UpstreamClient, UpstreamError
-from store.paths import InvalidSessionId, session_dir, validate_session_id
+from tracetap.capture import detect as routes
+from tracetap.capture.adapters import ADAPTERS
+from tracetap.capture.adapters.base import AdapterError, RequestContext
+from tracetap.capture.record import Call, build_row, display_path
+from tracetap.capture.sessions import SessionError, bind, labels, split_prefix
+from tracetap.capture.upstream import UpstreamClient, UpstreamError
+from tracetap.store.paths import InvalidSessionId, session_dir, validate_session_id
 
 logger = logging.getLogger("tracetap.gateway")
 

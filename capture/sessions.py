@@ -19,7 +19,7 @@ from collections.abc import Container, Mapping
 from dataclasses import dataclass
 from urllib.parse import unquote
 
-from store.paths import InvalidSessionId, validate_session_id
+from tracetap.store.paths import InvalidSessionId, validate_session_id
 
 DEFAULT_SESSION = "default"
 SESSION_HEADERS = ("x-tracetap-session", "x-session-id")

@@ -13,7 +13,7 @@ import json
 import time
 from dataclasses import dataclass, field
 
-from capture.http1 import Pool, Response
+from tracetap.capture.http1 import Pool, Response
 
 KINDS = ("vllm", "sglang")
 SESSION_HEADER = "x-tracetap-session"

@@ -4,6 +4,6 @@ A stand-in for a served model in development, tests and the demo (never a claim 
 Importing it is cheap; torch and transformers load when the server starts.
 """
 
-from engine.server import EngineServer
+from tracetap.engine.server import EngineServer
 
 __all__ = ["EngineServer"]

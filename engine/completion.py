@@ -12,12 +12,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from engine.cache import home_dir
-from engine.model import Sampling, Step, TinyModel, load_model
-from engine.parsing import find_stop, parse_reply
-from engine.request import ChatRequest, EngineError
-from engine.script import Script
-from engine.tokenizer import END_OF_TEXT_ID, IM_END_ID, ChatTokenizer, load_tokenizer
+from tracetap.engine.cache import home_dir
+from tracetap.engine.model import Sampling, Step, TinyModel, load_model
+from tracetap.engine.parsing import find_stop, parse_reply
+from tracetap.engine.request import ChatRequest, EngineError
+from tracetap.engine.script import Script
+from tracetap.engine.tokenizer import END_OF_TEXT_ID, IM_END_ID, ChatTokenizer, load_tokenizer
 
 MAX_MODEL_LEN = 4096
 END_OF_TURN = frozenset({IM_END_ID, END_OF_TEXT_ID})

@@ -11,10 +11,10 @@ import secrets
 import time
 from typing import Any
 
-from engine.completion import Completion
-from engine.model import Step
-from engine.request import ChatRequest
-from engine.tokenizer import ChatTokenizer
+from tracetap.engine.completion import Completion
+from tracetap.engine.model import Step
+from tracetap.engine.request import ChatRequest
+from tracetap.engine.tokenizer import ChatTokenizer
 
 SYSTEM_FINGERPRINT = "tracetap-engine-0.1.0"
 LOWEST_LOGPROB = -9999.0  # vLLM's stand-in for -inf, which JSON cannot carry

@@ -14,10 +14,10 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from engine import responses
-from engine.completion import MAX_MODEL_LEN, Engine
-from engine.request import EngineError, parse_chat, parse_json
-from engine.script import Script
+from tracetap.engine import responses
+from tracetap.engine.completion import MAX_MODEL_LEN, Engine
+from tracetap.engine.request import EngineError, parse_chat, parse_json
+from tracetap.engine.script import Script
 
 SESSION_HEADER = "x-tracetap-session"
 log = logging.getLogger("engine")

@@ -13,7 +13,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from engine.cache import build_once, home_dir
+from tracetap.engine.cache import build_once, home_dir
 
 TEMPLATE_PATH = Path(__file__).with_name("chat_template.jinja")
 

@@ -3,6 +3,6 @@
 The contract and registry live in `evaluators.base`; `evaluators.runner` scores a store.
 """
 
-from evaluators.base import EvalInput, EvalResult, Evaluator, EvaluatorError, create, resolve
+from tracetap.evaluators.base import EvalInput, EvalResult, Evaluator, EvaluatorError, create, resolve
 
 __all__ = ["EvalInput", "EvalResult", "Evaluator", "EvaluatorError", "create", "resolve"]

@@ -16,11 +16,11 @@ from numbers import Real
 from pathlib import Path
 from typing import Any, ClassVar
 
-from store.paths import validate_name
+from tracetap.store.paths import validate_name
 
 BUILTINS = {
-    "session_completed": "evaluators.session_completed:SessionCompleted",
-    "test_on_output": "evaluators.test_on_output:TestOnOutput",
+    "session_completed": "tracetap.evaluators.session_completed:SessionCompleted",
+    "test_on_output": "tracetap.evaluators.test_on_output:TestOnOutput",
 }
 
 

@@ -15,9 +15,8 @@ from pathlib import Path
 from typing import Any
 
 import duckdb
-
-from evaluators.base import EvalInput, EvalResult, EvaluatorError, create, evaluator_name
-from store import connect, validate_session_id, write_session_table
+from tracetap.evaluators.base import EvalInput, EvalResult, EvaluatorError, create, evaluator_name
+from tracetap.store import connect, validate_session_id, write_session_table
 
 DEFAULT_BUILDER = "prefix_merging"
 

@@ -9,7 +9,7 @@ It needs no workspace.
 
 from __future__ import annotations
 
-from evaluators.base import EvalInput, EvalResult, Evaluator
+from tracetap.evaluators.base import EvalInput, EvalResult, Evaluator
 
 NATURAL_STOPS = ("stop", "end_turn", "stop_sequence")
 

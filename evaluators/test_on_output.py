@@ -18,7 +18,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from evaluators.base import EvalInput, EvalResult, Evaluator, EvaluatorError
+from tracetap.evaluators.base import EvalInput, EvalResult, Evaluator, EvaluatorError
 
 STATUSES = ("PASSED", "SKIPPED", "XFAIL", "XPASS", "FAILED", "ERROR")  # later wins on conflicts
 SCORINGS = ("fraction", "all_or_nothing")

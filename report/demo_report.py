@@ -10,9 +10,9 @@ from collections.abc import Callable, Iterable
 from html import escape
 from pathlib import Path
 
-from report.html import render_page, session_section
-from report.session_view import SessionNotFound, load_session_view
-from store import connect, validate_session_id
+from tracetap.report.html import render_page, session_section
+from tracetap.report.session_view import SessionNotFound, load_session_view
+from tracetap.store import connect, validate_session_id
 
 SUMMARY_SQL = """
 WITH calls AS (

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from html import escape
 
-from report.session_view import (
+from tracetap.report.session_view import (
     HEAT_FLOORS,
     INTER,
     PROMPT,

@@ -15,7 +15,7 @@ from datetime import datetime
 from functools import lru_cache
 from pathlib import Path
 
-from store import connect, validate_session_id
+from tracetap.store import connect, validate_session_id
 
 BUILDER_ORDER = ("prefix_merging", "per_request")
 PROMPT, TRAIN, INTER = "prompt", "train", "inter"

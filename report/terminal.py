@@ -9,8 +9,7 @@ below -2) are underlined.
 from __future__ import annotations
 
 import click
-
-from report.session_view import (
+from tracetap.report.session_view import (
     HEAT_FLOORS,
     INTER,
     PROMPT,

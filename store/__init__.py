@@ -3,12 +3,12 @@
 `import store` stays cheap for the gateway: duckdb and polars load only when a reader is used.
 """
 
-from store.catalog import connect, scan
-from store.files import StoreError
-from store.paths import InvalidSessionId, validate_session_id
-from store.schema import SCHEMA_VERSION
-from store.tables import write_session_table
-from store.writer import StoreWriter
+from tracetap.store.catalog import connect, scan
+from tracetap.store.files import StoreError
+from tracetap.store.paths import InvalidSessionId, validate_session_id
+from tracetap.store.schema import SCHEMA_VERSION
+from tracetap.store.tables import write_session_table
+from tracetap.store.writer import StoreWriter
 
 __all__ = [
     "SCHEMA_VERSION",

@@ -14,10 +14,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from store import compaction
-from store.files import storage_schema
-from store.paths import TABLE_DEPTH, data_files, table_glob
-from store.schema import TABLES
+from tracetap.store import compaction
+from tracetap.store.files import storage_schema
+from tracetap.store.paths import TABLE_DEPTH, data_files, table_glob
+from tracetap.store.schema import TABLES
 
 if TYPE_CHECKING:
     import duckdb

@@ -27,10 +27,9 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pyarrow as pa
-
-from store.files import fsync_dir, read_parquet, write_parquet_atomic
-from store.paths import data_files, loose_seq, part_covered, part_name, session_dir, validate_session_id
-from store.schema import COMPLETIONS
+from tracetap.store.files import fsync_dir, read_parquet, write_parquet_atomic
+from tracetap.store.paths import data_files, loose_seq, part_covered, part_name, session_dir, validate_session_id
+from tracetap.store.schema import COMPLETIONS
 
 LOCK_NAME = ".compact.lock"
 STALE_TMP_SECONDS = 3600.0

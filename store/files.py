@@ -13,9 +13,8 @@ from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
-
-from store.paths import VERSION_FILE
-from store.schema import SCHEMA_VERSION
+from tracetap.store.paths import VERSION_FILE
+from tracetap.store.schema import SCHEMA_VERSION
 
 ROW_GROUP_ROWS = 1024
 

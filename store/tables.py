@@ -9,10 +9,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pyarrow as pa
-
-from store.files import storage_schema, write_parquet_atomic
-from store.paths import session_dir, validate_filename, validate_session_id
-from store.schema import TABLES, empty_row
+from tracetap.store.files import storage_schema, write_parquet_atomic
+from tracetap.store.paths import session_dir, validate_filename, validate_session_id
+from tracetap.store.schema import TABLES, empty_row
 
 _STORAGE = {name: storage_schema(schema) for name, schema in TABLES.items()}
 _REQUIRED = {name: [f.name for f in schema if not f.nullable] for name, schema in TABLES.items()}

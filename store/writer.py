@@ -21,8 +21,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
-from store import compaction
-from store.files import (
+from tracetap.store import compaction
+from tracetap.store.files import (
     StoreError,
     ensure_dir,
     read_parquet,
@@ -30,8 +30,8 @@ from store.files import (
     write_parquet_atomic,
     write_text_atomic,
 )
-from store.flusher import Flusher
-from store.paths import (
+from tracetap.store.flusher import Flusher
+from tracetap.store.paths import (
     VERSION_FILE,
     completion_name,
     session_dir,
@@ -39,8 +39,8 @@ from store.paths import (
     validate_name,
     validate_session_id,
 )
-from store.schema import COMPLETION_STATUSES, COMPLETIONS, SCHEMA_VERSION, SESSIONS, TABLES, empty_row
-from store.tables import rows_to_table
+from tracetap.store.schema import COMPLETION_STATUSES, COMPLETIONS, SCHEMA_VERSION, SESSIONS, TABLES, empty_row
+from tracetap.store.tables import rows_to_table
 
 FAILED = ("upstream_error", "timeout")
 SESSION_SAVE_DELAY = 0.05  # seconds a burst of calls waits to share one summary-row rewrite

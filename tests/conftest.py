@@ -13,9 +13,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import live
 import pytest
-
-from tests import live
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -20,8 +20,9 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
-from capture.upstream import TokenCapture, parse_chat_response, parse_chat_stream
-from store import connect
+from tracetap.capture.upstream import TokenCapture, parse_chat_response, parse_chat_stream
+from tracetap.store import connect
+
 from tracetap.launch import ChildProcess, GatewayProcess, free_port, start_gateway
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "vllm-0.32.0"

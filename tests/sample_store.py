@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from store import StoreWriter, write_session_table
+from tracetap.store import StoreWriter, write_session_table
 
 OVERFLOW = "This model's maximum context length is 4096 tokens. However, your prompt contains 4097."
 BASH_LS = {"id": "call-ls", "name": "bash", "arguments": '{"cmd": "ls"}'}

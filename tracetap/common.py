@@ -11,7 +11,7 @@ from pathlib import Path
 
 import click
 
-from store.files import StoreError, check_store
+from tracetap.store.files import StoreError, check_store
 
 MAX_CELL = 80
 
@@ -98,7 +98,7 @@ def key_value_pairs(ctx: click.Context, param: click.Parameter, values: Sequence
 
 @cache
 def _tokenizer():
-    from engine.tokenizer import load_tokenizer  # a second or two; only when something is decoded
+    from tracetap.engine.tokenizer import load_tokenizer  # a second or two; only when something is decoded
 
     return load_tokenizer()
 

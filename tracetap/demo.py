@@ -116,7 +116,7 @@ def run_harness_sessions(result: DemoResult, sessions: int, say: Callable[[str],
 
 def recorded_run(store_dir: Path, session_id: str) -> AgentRun:
     """What a harness CLI did, read back from the store (the CLI itself reports nothing we parse)."""
-    import store
+    from tracetap import store
 
     rows = store.connect(store_dir).execute(
         "SELECT tool_calls FROM completions WHERE session_id = ? ORDER BY seq", [session_id]).fetchall()
@@ -125,9 +125,9 @@ def recorded_run(store_dir: Path, session_id: str) -> AgentRun:
 
 def process(result: DemoResult, say: Callable[[str], None]) -> None:
     """Offline stage: build, evaluate, export, summarize, report."""
-    from builders import build
-    from builders.exports import export
-    from evaluators.runner import evaluate_store
+    from tracetap.builders import build
+    from tracetap.builders.exports import export
+    from tracetap.evaluators.runner import evaluate_store
 
     for builder in ("per_request", "prefix_merging"):
         summary = build(result.store, builder)
@@ -141,7 +141,7 @@ def process(result: DemoResult, say: Callable[[str], None]) -> None:
 
 
 def summarize(store_dir: Path) -> dict:
-    import store
+    from tracetap import store
 
     cursor = store.connect(store_dir).execute(SUMMARY_SQL)
     names = [d[0] for d in cursor.description]
@@ -149,8 +149,8 @@ def summarize(store_dir: Path) -> dict:
 
 
 def write_html_report(store_dir: Path, out_file: Path) -> Path:
-    from report.demo_report import write_report
     from tracetap.common import decode_token
+    from tracetap.report.demo_report import write_report
 
     return write_report(store_dir, out_file, decode_token)
 

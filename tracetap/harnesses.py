@@ -20,7 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from engine.cache import home_dir
+from tracetap.engine.cache import home_dir
 
 MODEL = "tracetap-model"
 KEPT_ENV = ("PATH", "LANG", "LC_ALL", "TZ")

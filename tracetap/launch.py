@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Self
 
-from capture import READY_MARKER
+from tracetap.capture import READY_MARKER
 
 
 def free_port() -> int:

@@ -10,9 +10,9 @@ from __future__ import annotations
 import json
 import re
 
-from capture.adapters.anthropic_request import to_chat_request
-from capture.adapters.base import RequestContext, first_choice, reasoning_text, sse_frame
-from capture.adapters.chat_parts import (
+from tracetap.capture.adapters.anthropic_request import to_chat_request
+from tracetap.capture.adapters.base import RequestContext, first_choice, reasoning_text, sse_frame
+from tracetap.capture.adapters.chat_parts import (
     arguments_object,
     matched_stop,
     stable_hex,

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import re
 
-from capture.adapters.base import AdapterError, RequestContext
-from capture.adapters.chat_parts import arguments_text
+from tracetap.capture.adapters.base import AdapterError, RequestContext
+from tracetap.capture.adapters.chat_parts import arguments_text
 
 # Claude Code puts a per-request hash (`cch=`) in this system line; left in, no two prompts share a prefix.
 _BILLING_LINE = re.compile(r"^[ \t]*x-anthropic-billing-header:[^\n]*(?:\n|$)", re.IGNORECASE | re.MULTILINE)

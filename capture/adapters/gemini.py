@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import json
 
-from capture.adapters.base import RequestContext, first_choice, reasoning_text, request_body, sse_frame
-from capture.adapters.chat_parts import arguments_object, usage_of
-from capture.adapters.gemini_request import include_thoughts, to_chat_request
+from tracetap.capture.adapters.base import RequestContext, first_choice, reasoning_text, request_body, sse_frame
+from tracetap.capture.adapters.chat_parts import arguments_object, usage_of
+from tracetap.capture.adapters.gemini_request import include_thoughts, to_chat_request
 
 __all__ = [
     "API", "to_chat_request", "from_chat_response", "to_sse_events", "error_body", "error_event",

@@ -10,8 +10,8 @@ from __future__ import annotations
 import json
 import re
 
-from capture.adapters.base import AdapterError, RequestContext
-from capture.adapters.chat_parts import arguments_text
+from tracetap.capture.adapters.base import AdapterError, RequestContext
+from tracetap.capture.adapters.chat_parts import arguments_text
 
 _JSON_TYPES = {
     "object": dict, "array": list, "string": str, "boolean": bool, "integer": int, "number": (int, float),

@@ -10,7 +10,14 @@ from __future__ import annotations
 
 import time
 
-from capture.adapters.base import AdapterError, RequestContext, first_choice, reasoning_text, request_body, sse_frame
+from tracetap.capture.adapters.base import (
+    AdapterError,
+    RequestContext,
+    first_choice,
+    reasoning_text,
+    request_body,
+    sse_frame,
+)
 
 API = "openai_chat"
 ROLES = {"system", "developer", "user", "assistant", "tool", "function"}

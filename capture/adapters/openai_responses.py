@@ -26,9 +26,9 @@ from __future__ import annotations
 import json
 import re
 
-from capture.adapters import openai_chat
-from capture.adapters.base import AdapterError, RequestContext
-from capture.adapters.openai_responses_output import (
+from tracetap.capture.adapters import openai_chat
+from tracetap.capture.adapters.base import AdapterError, RequestContext
+from tracetap.capture.adapters.openai_responses_output import (
     SHELL_KINDS,
     SHELL_TOOL_NAME,
     failed_events,

@@ -21,8 +21,15 @@ import binascii
 import json
 import re
 
-from capture.adapters.base import AdapterError, RequestContext, first_choice, reasoning_text, request_body, sse_frame
-from capture.adapters.chat_parts import usage_of
+from tracetap.capture.adapters.base import (
+    AdapterError,
+    RequestContext,
+    first_choice,
+    reasoning_text,
+    request_body,
+    sse_frame,
+)
+from tracetap.capture.adapters.chat_parts import usage_of
 
 SEAL_PREFIX = "tracetap:v1:"
 SHELL_TOOL_NAME = "shell"

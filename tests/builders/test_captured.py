@@ -3,11 +3,11 @@ engine, driven by the demo agent (official `openai` SDK, tools run in a workspac
 
 from __future__ import annotations
 
+import live
 import pytest
 from tracestore import read_completions, read_traces
+from tracetap.builders import build
 
-from builders import build
-from tests import live
 from tracetap.agent import run_agent
 
 SCRIPT = [

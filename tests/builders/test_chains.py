@@ -13,8 +13,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from toychat import Conversation, numbered
-
-from builders import merge_session
+from tracetap.builders import merge_session
 
 CONTENT = st.lists(st.integers(10, 97), min_size=0, max_size=6)
 RERENDERED, RETRY = 98, 99  # ids only a re-rendered turn / a discarded retry contain

@@ -5,9 +5,8 @@ from __future__ import annotations
 import json
 
 import pytest
-
-from builders.exports import export
-from store import StoreWriter, write_session_table
+from tracetap.builders.exports import export
+from tracetap.store import StoreWriter, write_session_table
 
 SYSTEM = {"role": "system", "content": "You fix bugs."}
 USER = {"role": "user", "content": [{"type": "text", "text": "fix "}, {"type": "text", "text": "calc"}]}

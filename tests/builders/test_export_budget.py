@@ -6,10 +6,9 @@ import json
 
 import pyarrow.parquet as pq
 import pytest
-
-from builders.export_budget import apply_budget
-from builders.exports import export
-from tests.sample_store import TRAJECTORIES, make_store
+from sample_store import TRAJECTORIES, make_store
+from tracetap.builders.export_budget import apply_budget
+from tracetap.builders.exports import export
 
 
 def trace(prompt: int, response: int, logprobs: bool = True) -> dict:

@@ -9,12 +9,11 @@ import duckdb
 import polars as pl
 import pyarrow.parquet as pq
 import pytest
-
-from builders.export_rows import CANONICAL, VERL
-from builders.export_writers import OutputExists
-from builders.exports import ExportError, export
-from builders.runner import build
-from tests.sample_store import COMPLETIONS, REWARDS, SESSIONS, TRAJECTORIES, make_store
+from sample_store import COMPLETIONS, REWARDS, SESSIONS, TRAJECTORIES, make_store
+from tracetap.builders.export_rows import CANONICAL, VERL
+from tracetap.builders.export_writers import OutputExists
+from tracetap.builders.exports import ExportError, export
+from tracetap.builders.runner import build
 
 # slime.utils.types.Sample: the fields `Sample.from_dict` takes, and its Status values
 SLIME_FIELDS = {"group_index", "index", "prompt", "tokens", "multimodal_inputs", "response",

@@ -5,8 +5,7 @@ from __future__ import annotations
 import pytest
 from toychat import Conversation, completion, failure
 from tracestore import read_completions, read_traces, write_store
-
-from builders import build
+from tracetap.builders import build
 
 BUILDER = "per_request"
 

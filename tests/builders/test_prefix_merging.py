@@ -5,8 +5,7 @@ from __future__ import annotations
 import pytest
 from toychat import EOT, GENERATION_PROMPT, NL, START, Conversation, completion, failure, render
 from tracestore import read_completions, read_traces, write_store
-
-from builders import build
+from tracetap.builders import build
 
 BUILDER = "prefix_merging"
 

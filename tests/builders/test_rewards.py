@@ -5,10 +5,9 @@ from __future__ import annotations
 import json
 
 import pytest
-
-from builders.rewards import join_session, load_rewards
-from store import connect, write_session_table
-from tests.sample_store import TRAJECTORIES, make_store
+from sample_store import TRAJECTORIES, make_store
+from tracetap.builders.rewards import join_session, load_rewards
+from tracetap.store import connect, write_session_table
 
 
 def traces(n: int, status: str = "ok") -> list[dict]:

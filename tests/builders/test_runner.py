@@ -6,10 +6,9 @@ import pyarrow.parquet as pq
 import pytest
 from toychat import Conversation, failure
 from tracestore import read_traces, write_store
-
-from builders import build, list_sessions, load_session
-from store import InvalidSessionId, StoreWriter
-from store.files import StoreError
+from tracetap.builders import build, list_sessions, load_session
+from tracetap.store import InvalidSessionId, StoreWriter
+from tracetap.store.files import StoreError
 
 
 def agent_rows(session_id: str, turns: int) -> list[dict]:

@@ -6,8 +6,7 @@ import json
 
 import pytest
 from toychat import EOT, GENERATION_PROMPT, completion
-
-from builders.tokens import (
+from tracetap.builders.tokens import (
     QWEN_IM_END,
     common_prefix_len,
     detect_eot,

@@ -5,8 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
-
-from builders.trainability import not_trainable_reasons
+from tracetap.builders.trainability import not_trainable_reasons
 
 
 def row(seq: int, status: str = "ok", http_status: int | None = 200, **extra) -> dict:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from store import StoreWriter, connect
+from tracetap.store import StoreWriter, connect
 
 
 def write_store(root: Path, rows: list[dict]) -> Path:

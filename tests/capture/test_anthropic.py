@@ -14,10 +14,9 @@ from pathlib import Path
 
 import anthropic
 import pytest
-
-from capture.adapters import anthropic as adapter
-from capture.adapters.base import AdapterError, RequestContext
-from capture.adapters.chat_parts import synthetic_signature
+from tracetap.capture.adapters import anthropic as adapter
+from tracetap.capture.adapters.base import AdapterError, RequestContext
+from tracetap.capture.adapters.chat_parts import synthetic_signature
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "vllm-0.32.0"
 CTX = RequestContext(requested_model="claude-test", served_model="tiny", completion_id="cmpl-7",

@@ -8,9 +8,8 @@ import json
 
 import anthropic
 import httpx
+import live
 import pytest
-
-from tests import live
 
 MODEL = "claude-test"
 COMMAND = {"type": "object", "properties": {"command": {"type": "string"}}, "required": ["command"]}

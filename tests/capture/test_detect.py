@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import pytest
-
-from capture.detect import (
+from tracetap.capture.detect import (
     ANTHROPIC,
     COUNT_TOKENS,
     GEMINI,

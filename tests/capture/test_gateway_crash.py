@@ -9,10 +9,9 @@ import threading
 import time
 
 import httpx
+import live
 import pyarrow.parquet as pq
-
-from store import connect
-from tests import live
+from tracetap.store import connect
 
 FIXTURES = ["chat_basic", "chat_tools_auto_call", "chat_sampled", "chat_stream_tools"]
 CALLS = 12

@@ -8,12 +8,11 @@ import json
 import threading
 
 import httpx
+import live
 import openai
 import pytest
-
-from engine.tokenizer import load_tokenizer
-from store import connect
-from tests import live
+from tracetap.engine.tokenizer import load_tokenizer
+from tracetap.store import connect
 
 COMMAND = {"type": "object", "properties": {"command": {"type": "string"}}, "required": ["command"]}
 TOOLS = [{"type": "function",

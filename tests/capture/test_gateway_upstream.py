@@ -10,10 +10,9 @@ import time
 
 import anthropic
 import httpx
+import live
 import openai
 import pytest
-
-from tests import live
 
 CALL = {"model": "gpt-4o", "messages": [{"role": "user", "content": "List the files."}], "max_tokens": 20}
 

@@ -18,9 +18,8 @@ from pathlib import Path
 import pytest
 from google import genai
 from google.genai import errors, types
-
-from capture.adapters import gemini
-from capture.adapters.base import AdapterError, RequestContext
+from tracetap.capture.adapters import gemini
+from tracetap.capture.adapters.base import AdapterError, RequestContext
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "vllm-0.32.0"
 CTX = RequestContext(requested_model="gemini-test", served_model="tiny", completion_id="gw-1")

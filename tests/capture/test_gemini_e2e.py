@@ -8,11 +8,10 @@ import json
 import re
 
 import httpx
+import live
 import pytest
 from google import genai
 from google.genai import errors, types
-
-from tests import live
 
 BASH_ARGS = {"command": "ls"}
 SCRIPT = [  # what the engine answers, per session, in order

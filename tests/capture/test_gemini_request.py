@@ -1,9 +1,8 @@
 """Gemini request -> chat request: every mapping of protocols.md §2.3, and 400s for bad input."""
 
 import pytest
-
-from capture.adapters.base import AdapterError, RequestContext
-from capture.adapters.gemini_request import include_thoughts, json_schema, to_chat_request
+from tracetap.capture.adapters.base import AdapterError, RequestContext
+from tracetap.capture.adapters.gemini_request import include_thoughts, json_schema, to_chat_request
 
 CTX = RequestContext(requested_model="gemini-2.5-pro", served_model="tiny")
 

@@ -5,9 +5,8 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-
-from capture.http1 import ConnectFailed, ConnectionLost, Pool
-from tests.live import free_port
+from live import free_port
+from tracetap.capture.http1 import ConnectFailed, ConnectionLost, Pool
 
 OK = b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 2\r\n\r\n{}"
 CHUNKED = (b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n"

@@ -9,11 +9,10 @@ from __future__ import annotations
 import json
 
 import pytest
-
-from capture.adapters import ADAPTERS
-from capture.adapters import openai_chat as adapter
-from capture.adapters.base import AdapterError, RequestContext
-from tests.live import fixture_body
+from live import fixture_body
+from tracetap.capture.adapters import ADAPTERS
+from tracetap.capture.adapters import openai_chat as adapter
+from tracetap.capture.adapters.base import AdapterError, RequestContext
 
 USER = {"role": "user", "content": "hi"}
 

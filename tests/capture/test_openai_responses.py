@@ -15,10 +15,9 @@ from pathlib import Path
 
 import openai
 import pytest
-
-from capture.adapters import openai_responses as adapter
-from capture.adapters.base import AdapterError, RequestContext
-from capture.adapters.openai_responses_output import open_reasoning, seal_reasoning
+from tracetap.capture.adapters import openai_responses as adapter
+from tracetap.capture.adapters.base import AdapterError, RequestContext
+from tracetap.capture.adapters.openai_responses_output import open_reasoning, seal_reasoning
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "vllm-0.32.0"
 EXEC = {"type": "function", "name": "exec", "description": "Run a command.", "strict": False,

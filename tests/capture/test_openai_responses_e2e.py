@@ -8,10 +8,9 @@ from __future__ import annotations
 import json
 
 import httpx
+import live
 import openai
 import pytest
-
-from tests import live
 
 MODEL = "gpt-5-codex"
 ARGV = {"type": "object", "properties": {"command": {"type": "array", "items": {"type": "string"}}},

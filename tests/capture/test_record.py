@@ -5,12 +5,11 @@ from __future__ import annotations
 import json
 
 import pytest
-
-from capture.record import MASK, Call, build_row, display_path, harness_hint, redact
-from capture.upstream import parse_chat_response, with_token_flags
-from store import StoreWriter, connect
-from store.schema import COMPLETIONS
-from tests.live import fixture_body, fixture_request
+from live import fixture_body, fixture_request
+from tracetap.capture.record import MASK, Call, build_row, display_path, harness_hint, redact
+from tracetap.capture.upstream import parse_chat_response, with_token_flags
+from tracetap.store import StoreWriter, connect
+from tracetap.store.schema import COMPLETIONS
 
 
 @pytest.mark.parametrize(("value", "expected"), [

@@ -14,18 +14,24 @@ from pathlib import Path
 
 import anthropic
 import httpx2
+import live
 import openai
 import pytest
 from click.testing import CliRunner
 from google import genai
 from google.genai import errors as genai_errors
 from google.genai import types
+from tracetap.capture.record import Call, build_row
+from tracetap.capture.replay import RecordedStore, ReplayMiss, ReplayUpstream, chat_body
+from tracetap.capture.upstream import (
+    UpstreamClient,
+    UpstreamError,
+    parse_chat_response,
+    strip_token_arrays,
+    with_token_flags,
+)
+from tracetap.store import StoreWriter
 
-from capture.record import Call, build_row
-from capture.replay import RecordedStore, ReplayMiss, ReplayUpstream, chat_body
-from capture.upstream import UpstreamClient, UpstreamError, parse_chat_response, strip_token_arrays, with_token_flags
-from store import StoreWriter
-from tests import live
 from tracetap.cli import cli
 
 COMMAND = {"type": "object", "properties": {"command": {"type": "string"}}, "required": ["command"]}

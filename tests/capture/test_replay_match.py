@@ -6,12 +6,11 @@ from __future__ import annotations
 import json
 
 import pytest
-
-from capture.adapters import ADAPTERS
-from capture.adapters.base import RequestContext
-from capture.replay_match import canonical, check_ignore_path, closest, differences, match_key
-from capture.upstream import with_token_flags
-from tests.live import fixture_request
+from live import fixture_request
+from tracetap.capture.adapters import ADAPTERS
+from tracetap.capture.adapters.base import RequestContext
+from tracetap.capture.replay_match import canonical, check_ignore_path, closest, differences, match_key
+from tracetap.capture.upstream import with_token_flags
 
 COMMAND = {"type": "object", "properties": {"command": {"type": "string"}}, "required": ["command"]}
 CHAT_TOOL = {"type": "function", "function": {"name": "Bash", "description": "Run.", "parameters": COMMAND}}

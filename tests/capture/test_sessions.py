@@ -5,8 +5,7 @@ from __future__ import annotations
 import hashlib
 
 import pytest
-
-from capture.sessions import DEFAULT_SESSION, Binding, SessionError, bind, key_session_id, labels
+from tracetap.capture.sessions import DEFAULT_SESSION, Binding, SessionError, bind, key_session_id, labels
 
 CHAT = "/v1/chat/completions"
 

@@ -12,8 +12,8 @@ import json
 import math
 
 import pytest
-
-from capture.upstream import (
+from live import CHAT_FIXTURES, ERROR_FIXTURES, INDEX, Plan, fixture_body, free_port
+from tracetap.capture.upstream import (
     UpstreamClient,
     UpstreamError,
     parse_chat_response,
@@ -21,7 +21,6 @@ from capture.upstream import (
     sglang_to_vllm,
     with_token_flags,
 )
-from tests.live import CHAT_FIXTURES, ERROR_FIXTURES, INDEX, Plan, fixture_body, free_port
 
 JSON_FIXTURES = [n for n in CHAT_FIXTURES if INDEX[n]["response_file"].endswith(".json")]
 SSE_FIXTURES = [n for n in CHAT_FIXTURES if INDEX[n]["response_file"].endswith(".sse")]

@@ -7,11 +7,10 @@ import json
 from collections.abc import Iterator
 from pathlib import Path
 
+import live
 import pytest
-
-from engine.server import EngineServer
-from engine.tokenizer import ChatTokenizer, load_tokenizer
-from tests import live
+from tracetap.engine.server import EngineServer
+from tracetap.engine.tokenizer import ChatTokenizer, load_tokenizer
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "vllm-0.32.0"
 

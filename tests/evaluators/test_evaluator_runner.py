@@ -7,11 +7,10 @@ import sys
 import textwrap
 
 import pytest
-
-from evaluators.base import EvaluatorError
-from evaluators.runner import evaluate_store, workspace_for
-from store import StoreWriter, connect
-from tests.sample_store import TRAJECTORIES, make_store
+from sample_store import TRAJECTORIES, make_store
+from tracetap.evaluators.base import EvaluatorError
+from tracetap.evaluators.runner import evaluate_store, workspace_for
+from tracetap.store import StoreWriter, connect
 
 TEST_FILE = "def test_ok():\n    assert True\n"
 PYTEST = f"PYTEST_DISABLE_PLUGIN_AUTOLOAD=1 {sys.executable} -m pytest -v -p no:cacheprovider"  # fast start
@@ -68,7 +67,7 @@ def test_workspace_from_session_metadata(tmp_path):
 
 def test_custom_evaluator_gets_its_trajectory_and_failures_are_recorded(root, tmp_path, monkeypatch):
     (tmp_path / "custom_evals.py").write_text(textwrap.dedent('''
-        from evaluators.base import EvalResult, Evaluator
+        from tracetap.evaluators.base import EvalResult, Evaluator
 
         class PerTrace(Evaluator):
             name = "per_trace"

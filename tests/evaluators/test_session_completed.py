@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import pytest
-
-from evaluators.base import EvalInput
-from evaluators.session_completed import SessionCompleted
+from tracetap.evaluators.base import EvalInput
+from tracetap.evaluators.session_completed import SessionCompleted
 
 TOOL = [{"id": "c1", "name": "bash", "arguments": "{}"}]
 

@@ -8,9 +8,8 @@ import time
 from pathlib import Path
 
 import pytest
-
-from evaluators.base import EvalInput, EvaluatorError
-from evaluators.test_on_output import TestOnOutput, parse_test_output
+from tracetap.evaluators.base import EvalInput, EvaluatorError
+from tracetap.evaluators.test_on_output import TestOnOutput, parse_test_output
 
 # plugin autoload off: a bare pytest starts in well under a second
 PYTEST = f"PYTEST_DISABLE_PLUGIN_AUTOLOAD=1 {sys.executable} -m pytest -v -rA -p no:cacheprovider"

@@ -15,8 +15,7 @@ from pathlib import Path
 
 import pytest
 
-import store
-from tracetap import harnesses
+from tracetap import harnesses, store
 from tracetap.harnesses import HARNESSES, HarnessRun
 from tracetap.launch import GatewayProcess
 

@@ -7,10 +7,9 @@ from collections import Counter
 
 import numpy as np
 import pytest
-
-from queries import QueryError, bind, list_queries, load_query, parse_query, run_query
-from store import connect
-from tests.sample_store import COMPLETIONS, SESSIONS, TRAJECTORIES, make_store
+from sample_store import COMPLETIONS, SESSIONS, TRAJECTORIES, make_store
+from tracetap.queries import QueryError, bind, list_queries, load_query, parse_query, run_query
+from tracetap.store import connect
 
 
 @pytest.fixture(scope="module")
@@ -40,7 +39,7 @@ def test_at_least_twelve_queries_each_with_a_header_and_declared_params():
 
 @pytest.mark.parametrize("name", [q.name for q in list_queries()])
 def test_every_query_runs_on_an_empty_store(tmp_path, name):
-    from store import StoreWriter
+    from tracetap.store import StoreWriter
 
     StoreWriter(tmp_path / "empty").close()
     assert rows(connect(tmp_path / "empty"), name) == []

@@ -5,11 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from browser import Browser
+from tracetap.engine.tokenizer import ChatTokenizer, load_tokenizer
+from tracetap.report.session_view import SessionView, load_session_view
 from viewstore import make_view_store, query
-
-from engine.tokenizer import ChatTokenizer, load_tokenizer
-from report.session_view import SessionView, load_session_view
-from tests.browser import Browser
 
 
 @pytest.fixture(scope="session")

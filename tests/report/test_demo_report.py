@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import pytest
+from tracetap.report.demo_report import HEADERS, write_report
+from tracetap.report.session_view import SessionNotFound
+from tracetap.store import InvalidSessionId
 from viewstore import query
-
-from report.demo_report import HEADERS, write_report
-from report.session_view import SessionNotFound
-from store import InvalidSessionId
 
 
 def expected_summary(root) -> list[list[str]]:

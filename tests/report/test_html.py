@@ -7,10 +7,9 @@ import re
 from html import escape, unescape
 
 import pytest
+from tracetap.report.html import KIND_CLASS, render_session_page
+from tracetap.report.session_view import INTER, PROMPT, TRAIN, SessionView, TokenView, TraceView
 from viewstore import FAILED_ERROR, FINAL
-
-from report.html import KIND_CLASS, render_session_page
-from report.session_view import INTER, PROMPT, TRAIN, SessionView, TokenView, TraceView
 
 TOKEN_SPAN = re.compile(r'<span class="([pti])(?: h([0-4]))?" title="([^"]*)">([^<]*)</span>')
 

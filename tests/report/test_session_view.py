@@ -5,9 +5,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
-from viewstore import FAILED_ERROR, FINAL, REPLIES, TOOL_RESULTS, USER, ok_row, query
-
-from report.session_view import (
+from tracetap.report.session_view import (
     INTER,
     PROMPT,
     TRAIN,
@@ -17,7 +15,8 @@ from report.session_view import (
     span_starts,
     visible_text,
 )
-from store import InvalidSessionId, StoreWriter
+from tracetap.store import InvalidSessionId, StoreWriter
+from viewstore import FAILED_ERROR, FINAL, REPLIES, TOOL_RESULTS, USER, ok_row, query
 
 
 def test_turns_follow_the_recorded_calls_in_seq_order(view, view_store):

@@ -6,10 +6,9 @@ import re
 
 import click
 import pytest
+from tracetap.report.session_view import INTER, PROMPT, TRAIN
+from tracetap.report.terminal import SHADES, STYLES, render_session
 from viewstore import FAILED_ERROR, FINAL
-
-from report.session_view import INTER, PROMPT, TRAIN
-from report.terminal import SHADES, STYLES, render_session
 
 
 @pytest.fixture(scope="module")

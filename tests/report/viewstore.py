@@ -13,8 +13,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from builders import build
-from store import StoreWriter, connect
+from tracetap.builders import build
+from tracetap.store import StoreWriter, connect
+
 from tracetap.agent import TOOLS
 
 SYSTEM = {"role": "system", "content": "You are a careful coding agent."}

@@ -6,8 +6,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-
-from store import StoreWriter
+from tracetap.store import StoreWriter
 
 
 @pytest.fixture

@@ -1,10 +1,9 @@
 import pytest
 from store_rows import completion
-
-from store import StoreWriter, connect, scan, write_session_table
-from store.catalog import table_files
-from store.paths import session_dir
-from store.schema import TABLES
+from tracetap.store import StoreWriter, connect, scan, write_session_table
+from tracetap.store.catalog import table_files
+from tracetap.store.paths import session_dir
+from tracetap.store.schema import TABLES
 
 
 def view_types(con, table):

@@ -7,12 +7,11 @@ import duckdb
 import pyarrow.parquet as pq
 import pytest
 from store_rows import completion, snapshot
-
-from store import StoreWriter, connect, scan
-from store.compaction import compact_session, compact_store, live_files
-from store.files import write_parquet_atomic
-from store.paths import session_dir
-from store.tables import rows_to_table
+from tracetap.store import StoreWriter, connect, scan
+from tracetap.store.compaction import compact_session, compact_store, live_files
+from tracetap.store.files import write_parquet_atomic
+from tracetap.store.paths import session_dir
+from tracetap.store.tables import rows_to_table
 
 
 def names(root, sid="s1"):

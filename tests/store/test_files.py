@@ -1,8 +1,7 @@
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-
-from store.files import (
+from tracetap.store.files import (
     StoreError,
     check_store,
     read_parquet,
@@ -10,8 +9,8 @@ from store.files import (
     storage_schema,
     write_parquet_atomic,
 )
-from store.schema import SCHEMA_VERSION, SESSIONS
-from store.tables import rows_to_table
+from tracetap.store.schema import SCHEMA_VERSION, SESSIONS
+from tracetap.store.tables import rows_to_table
 
 
 def test_atomic_write_leaves_one_complete_file(tmp_path):

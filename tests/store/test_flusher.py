@@ -1,6 +1,6 @@
 import threading
 
-from store.flusher import Flusher
+from tracetap.store.flusher import Flusher
 
 
 def test_every_submitted_key_is_saved_and_repeats_coalesce():

@@ -1,8 +1,7 @@
 from pathlib import Path
 
 import pytest
-
-from store.paths import (
+from tracetap.store.paths import (
     InvalidSessionId,
     completion_name,
     loose_seq,

@@ -5,9 +5,9 @@ import json
 import pytest
 from click.testing import CliRunner
 from store_rows import completion
+from tracetap.store import StoreWriter
+from tracetap.store.paths import session_dir
 
-from store import StoreWriter
-from store.paths import session_dir
 from tracetap.cli import cli
 
 
@@ -89,7 +89,7 @@ def test_sql_shell_keeps_going_after_an_error_then_fails(store):
 def test_sql_decode_uses_the_engine_tokenizer(tmp_path, monkeypatch):
     monkeypatch.setenv("TRACETAP_HOME", str(tmp_path / "home"))
     monkeypatch.setenv("TIKTOKEN_CACHE_DIR", str(tmp_path / "tiktoken"))
-    from engine.tokenizer import load_tokenizer
+    from tracetap.engine.tokenizer import load_tokenizer
 
     ids = load_tokenizer().encode("Hello from the store")
     root = tmp_path / "store"

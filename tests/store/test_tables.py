@@ -1,9 +1,8 @@
 import pyarrow.parquet as pq
 import pytest
 from store_rows import snapshot
-
-from store import write_session_table
-from store.tables import rows_to_table
+from tracetap.store import write_session_table
+from tracetap.store.tables import rows_to_table
 
 
 def test_rewards_land_in_their_partition(tmp_path):

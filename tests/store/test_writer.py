@@ -8,11 +8,10 @@ from datetime import UTC, datetime
 import pyarrow.parquet as pq
 import pytest
 from store_rows import completion, snapshot
-
-from store import InvalidSessionId, StoreWriter, connect
-from store.files import StoreError, storage_schema
-from store.paths import session_dir, session_file
-from store.schema import COMPLETIONS, SCHEMA_VERSION
+from tracetap.store import InvalidSessionId, StoreWriter, connect
+from tracetap.store.files import StoreError, storage_schema
+from tracetap.store.paths import session_dir, session_file
+from tracetap.store.schema import COMPLETIONS, SCHEMA_VERSION
 
 
 def session_row(root, sid="s1"):

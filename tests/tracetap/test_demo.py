@@ -4,7 +4,7 @@ import json
 import subprocess
 import sys
 
-import store
+from tracetap import store
 
 
 def test_demo_summary_matches_store(tmp_path):

@@ -7,9 +7,9 @@ import sys
 
 import pytest
 from click.testing import CliRunner
+from sample_store import make_store
+from tracetap.store import connect
 
-from store import connect
-from tests.sample_store import make_store
 from tracetap.cli import cli
 
 PYTEST = f"PYTEST_DISABLE_PLUGIN_AUTOLOAD=1 {sys.executable} -m pytest -v -p no:cacheprovider"  # fast start

@@ -7,8 +7,8 @@ import json
 import pyarrow.parquet as pq
 import pytest
 from click.testing import CliRunner
+from sample_store import TRAJECTORIES, make_store
 
-from tests.sample_store import TRAJECTORIES, make_store
 from tracetap.cli import cli
 
 TRACES = sum(len(traces) for traces in TRAJECTORIES.values())

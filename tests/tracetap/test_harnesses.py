@@ -17,8 +17,8 @@ import tomllib
 from pathlib import Path
 
 import pytest
+from tracetap.engine.script import Script
 
-from engine.script import Script
 from tracetap import harnesses
 from tracetap.harnesses import HARNESSES, SIDE_REPLY, HarnessError
 

@@ -6,9 +6,9 @@ import json
 
 import pytest
 from click.testing import CliRunner
+from sample_store import make_store
+from tracetap.queries import list_queries
 
-from queries import list_queries
-from tests.sample_store import make_store
 from tracetap.cli import cli
 
 

@@ -43,8 +43,8 @@ def command(store_dir: Path, builder: str, sessions: tuple[str, ...], eot_id: in
 
     Example: tracetap build --store ./store --builder prefix_merging
     """
-    from builders import build, list_sessions
-    from store.files import StoreError
+    from tracetap.builders import build, list_sessions
+    from tracetap.store.files import StoreError
 
     try:
         wanted = list(sessions) or list_sessions(store_dir)

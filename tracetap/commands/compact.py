@@ -7,9 +7,9 @@ from pathlib import Path
 
 import click
 
-from store.compaction import compact_session, compact_store
-from store.paths import InvalidSessionId, session_dir
 from tracetap.common import store_option
+from tracetap.store.compaction import compact_session, compact_store
+from tracetap.store.paths import InvalidSessionId, session_dir
 
 
 def _compact_one(root: Path, session_id: str) -> int:

@@ -31,8 +31,8 @@ def command(
 
     Example: tracetap engine --listen 127.0.0.1:8000 --script replies.jsonl
     """
-    from engine.script import ScriptError
-    from engine.server import EngineServer
+    from tracetap.engine.script import ScriptError
+    from tracetap.engine.server import EngineServer
 
     try:
         server = EngineServer(*listen, script=script, served_model=served_model, seed=seed,

@@ -48,7 +48,7 @@ def command(store: Path, spec: str, config: dict, session_ids: tuple[str, ...], 
     Example: tracetap evaluate --store runs --evaluator test_on_output
     --config 'test_command=python -m pytest -v' --config 'expected={"test_x.py::test_a": "PASSED"}'
     """
-    from evaluators.runner import EvaluationJob
+    from tracetap.evaluators.runner import EvaluationJob
 
     try:
         job = EvaluationJob(store, spec, {k: _config_value(v) for k, v in config.items()},

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import click
 
-from builders.exports import FORMATS
+from tracetap.builders.exports import FORMATS
 from tracetap.common import store_option
 
 
@@ -35,8 +35,8 @@ def command(store: Path, builder: str, fmt: str, out: Path, max_tokens: int | No
     Example: tracetap export --store runs --builder prefix_merging --format parquet
     --out train.parquet --evaluator test_on_output --max-tokens 32768
     """
-    from builders.export_writers import OutputExists
-    from builders.exports import ExportError, export, trajectory_sessions
+    from tracetap.builders.export_writers import OutputExists
+    from tracetap.builders.exports import ExportError, export, trajectory_sessions
 
     try:
         total = len(trajectory_sessions(store, builder))

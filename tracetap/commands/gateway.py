@@ -49,8 +49,8 @@ def command(store: Path, listen: tuple[str, int], upstream: str, upstream_kind: 
 
     Example: tracetap gateway --store runs/store --script demo.jsonl
     """
-    from capture.proxy import run_gateway
-    from engine.cache import home_dir
+    from tracetap.capture.proxy import run_gateway
+    from tracetap.engine.cache import home_dir
 
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     if script is not None and upstream != LOCAL:
@@ -71,9 +71,9 @@ def command(store: Path, listen: tuple[str, int], upstream: str, upstream_kind: 
 def _replay_options(store: Path, replay: Path | None, session: str | None, miss: str,
                     ignore: tuple[str, ...]) -> dict[str, str | list[str]]:
     """The gateway's replay settings (none without --replay), checked before anything starts."""
-    from capture.replay_match import check_ignore_path
-    from store import StoreError, validate_session_id
-    from store.files import check_store
+    from tracetap.capture.replay_match import check_ignore_path
+    from tracetap.store import StoreError, validate_session_id
+    from tracetap.store.files import check_store
 
     if replay is None:
         if session or ignore:
@@ -100,8 +100,8 @@ def _compact_every(idle_seconds: float) -> float:
 
 
 def _start_engine(script: Path | None, served_model: str | None, max_model_len: int):
-    from engine.script import ScriptError
-    from engine.server import EngineServer
+    from tracetap.engine.script import ScriptError
+    from tracetap.engine.server import EngineServer
 
     kwargs = {"served_model": served_model} if served_model else {}
     try:
@@ -111,7 +111,7 @@ def _start_engine(script: Path | None, served_model: str | None, max_model_len: 
 
 
 def _announce(host: str, port: int, store: Path, upstream: str, kind: str, replay: Path | None = None) -> None:
-    from capture.proxy import announce
+    from tracetap.capture.proxy import announce
 
     root = f"http://{host}:{port}"
     click.echo(f"recording into {store} (upstream {upstream}, {kind})")

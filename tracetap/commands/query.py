@@ -10,7 +10,7 @@ from tracetap.common import echo_json, echo_table, key_value_pairs
 
 
 def _list(as_json: bool) -> None:
-    from queries import list_queries
+    from tracetap.queries import list_queries
 
     queries = list_queries()
     columns = ["name", "parameters", "description"]
@@ -43,9 +43,9 @@ def command(name: str | None, store: Path | None, params: dict, list_queries: bo
         raise click.UsageError("Missing option '--store'.")
     import duckdb
 
-    from queries import QueryError, run_query
-    from store import connect
-    from store.files import StoreError, check_store
+    from tracetap.queries import QueryError, run_query
+    from tracetap.store import connect
+    from tracetap.store.files import StoreError, check_store
 
     try:
         result = run_query(connect(check_store(store)), name, params)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from store.schema import SCHEMA_VERSION, TABLES, describe
+from tracetap.store.schema import SCHEMA_VERSION, TABLES, describe
 
 
 def schema_markdown() -> str:

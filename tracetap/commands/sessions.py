@@ -6,8 +6,8 @@ from pathlib import Path
 
 import click
 
-from store import connect
 from tracetap.common import echo_json, echo_table, store_option
+from tracetap.store import connect
 
 # sessions whose summary row is missing still show up, counted from their completions
 SESSIONS_SQL = """

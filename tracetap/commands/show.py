@@ -8,9 +8,9 @@ from pathlib import Path
 
 import click
 
-from report.session_view import BUILDER_ORDER, SessionNotFound, load_session_view
-from store import InvalidSessionId
 from tracetap.common import decode_token, jsonable, store_option
+from tracetap.report.session_view import BUILDER_ORDER, SessionNotFound, load_session_view
+from tracetap.store import InvalidSessionId
 
 
 @click.command()
@@ -27,8 +27,8 @@ def command(store: Path, session: str, html_file: Path | None, builder: str | No
 
     Example: tracetap show --store ./store sk-tap-demo-1 --html session.html
     """
-    from report.html import render_session_page
-    from report.terminal import render_session
+    from tracetap.report.html import render_session_page
+    from tracetap.report.terminal import render_session
 
     try:
         view = load_session_view(store, session, decode_token, builder)

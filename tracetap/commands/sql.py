@@ -7,8 +7,8 @@ from pathlib import Path
 
 import click
 
-from store import connect
 from tracetap.common import decode, echo_json, echo_table, store_option
+from tracetap.store import connect
 
 PROMPT, MORE = "tracetap> ", "     ...> "
 
