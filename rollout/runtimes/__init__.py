@@ -1,0 +1,1 @@
+"""Runtimes by `RuntimeSpec.backend` name."""
