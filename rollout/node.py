@@ -162,9 +162,9 @@ class GatewayNode:
 
     async def _execute(self, run: SessionRun, stage: Worker) -> None:
         """Run one stage as its own task, so cancelling the session does not stop the worker."""
-        run.work = asyncio.create_task(stage(run))
+        work = run.work = asyncio.create_task(stage(run))
         try:
-            await run.work
+            await work
         except asyncio.CancelledError:
             if asyncio.current_task().cancelling():
                 raise  # the node shuts down; a cancelled session is ended by cancel()
@@ -174,7 +174,8 @@ class GatewayNode:
             logger.exception("session %s failed in %s", run.session_id, run.stage)
             await self._finish(run, SessionStatus.ERROR, f"{run.stage}: {type(exc).__name__}: {exc}")
         finally:
-            run.work = None
+            if run.work is work:  # the next stage's worker may have set its own already
+                run.work = None
 
     # -- INIT --------------------------------------------------------------------------------------
 
