@@ -28,7 +28,7 @@ from tracetap.rollout.harnesses import HARNESSES
 from tracetap.rollout.harnesses.base import HarnessContext, Step, gateway_env
 from tracetap.rollout.models import PrepareAction, SessionContext, SessionResult, SessionStatus
 from tracetap.rollout.node_api import NodeStats
-from tracetap.rollout.runtimes import create_runtime
+from tracetap.rollout.runtimes import RuntimeUnavailable, create_runtime
 from tracetap.rollout.session_run import SessionRun, Stage, StageFailure
 from tracetap.store.paths import validate_session_id
 
@@ -196,7 +196,10 @@ class GatewayNode:
     async def _prepare(self, run: SessionRun) -> None:
         """Create and start the runtime, register the session with the gateway, run the prepare actions."""
         task = run.task
-        run.runtime = create_runtime(task.runtime, self.sessions_root, run.session_id)
+        try:
+            run.runtime = create_runtime(task.runtime, self.sessions_root, run.session_id)
+        except RuntimeUnavailable as exc:
+            raise StageFailure(SessionStatus.ERROR, str(exc)) from None
         await run.runtime.start()
         run.harness_ctx = HarnessContext(
             session_id=run.session_id, task_id=task.task_id, instruction=task.instruction,
@@ -216,7 +219,10 @@ class GatewayNode:
 
     async def _prepare_action(self, run: SessionRun, number: int, action: PrepareAction) -> None:
         if action.type != "exec":
-            await run.runtime.upload(Path(action.source), action.target)
+            try:
+                await run.runtime.upload(Path(action.source), action.target)
+            except (OSError, ValueError) as exc:  # a missing source, a target outside the session
+                raise StageFailure(SessionStatus.ERROR, f"prepare step {number}: {exc}") from None
             return
         result = await run.runtime.exec(action.command, env={**self._runtime_env(run), **action.env},
                                         log_name=f"prepare.{number:02d}", cwd=action.cwd, timeout=run.remaining())

@@ -196,3 +196,40 @@ def test_node_with_its_own_gateway(tmp_path):
     assert result.status is SessionStatus.COMPLETED and result.traces == 2
     assert process.process.poll() is not None  # the node stopped the gateway it started
     assert (tmp_path / "sessions" / ctx.session_id / "logs" / "agent" / "shell.stdout.log").exists()
+
+
+ONE_CALL_THEN_FAIL = (f"{PYTHON} -c 'from openai import OpenAI\n"
+                      "OpenAI(max_retries=0).chat.completions.create(model=\"m\", messages=[{\"role\": \"user\", "
+                      "\"content\": \"hi\"}])'\nexit 9")
+FAILURES = {  # task fields -> (status, words of the error)
+    "no command": ({"agent": {"harness": "shell"}}, SessionStatus.ERROR, "needs agent.settings.command"),
+    "bad max_turns": ({"agent": {"harness": "builtin", "settings": {"max_turns": 0}}}, SessionStatus.ERROR,
+                      "max_turns must be a positive integer"),
+    "prepare fails": ({"runtime": {"prepare": [{"type": "exec", "command": "exit 7"}]}}, SessionStatus.ERROR,
+                      "prepare step 0 exited with 7"),
+    "prepare too slow": ({"timeout_seconds": 1, "runtime": {"prepare": [{"type": "exec", "command": "sleep 30"}]}},
+                         SessionStatus.TIMEOUT, "time budget"),
+    "missing upload": ({"runtime": {"prepare": [{"type": "upload_file", "source": "/nonexistent/x", "target": "x"}]}},
+                       SessionStatus.ERROR, "does not exist"),
+    "container": ({"runtime": {"backend": "docker", "image": "python:3.12"}}, SessionStatus.ERROR,
+                  "not available yet"),
+    "harness fails": ({"agent": {"harness": "shell", "settings": {"command": ONE_CALL_THEN_FAIL}}},
+                      SessionStatus.ERROR, "step shell exited with 9"),
+}
+
+
+def test_failures_end_the_session_with_their_reason(gw, tmp_path):
+    contexts = {}
+    for name, (fields, _, _) in FAILURES.items():
+        request = task(**{"agent": {"harness": "shell", "settings": {"command": "true"}}, **fields})
+        contexts[name] = samples(request)[0]
+    node = node_for(gw, tmp_path, init_workers=4, run_workers=2)
+    results = dict(zip(contexts, run(run_all(node, contexts.values())), strict=True))
+
+    for name, (_, status, words) in FAILURES.items():
+        assert (results[name].status, words in (results[name].error or "")) == (status, True), results[name]
+    assert results["prepare too slow"].timeline["end"] - results["prepare too slow"].timeline["init_start"] < 10
+    failed = contexts["harness fails"].session_id
+    assert results["harness fails"].traces == 1  # what the harness did before failing is still built
+    [(metadata,)] = query(gw.store, "SELECT metadata_json FROM trajectories WHERE session_id = ?", [failed])
+    assert json.loads(metadata)["rollout"]["status"] == "ERROR"
