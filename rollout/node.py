@@ -29,6 +29,7 @@ from tracetap.rollout.harnesses.base import HarnessContext, Step, gateway_env
 from tracetap.rollout.models import PrepareAction, SessionContext, SessionResult, SessionStatus
 from tracetap.rollout.node_api import NodeStats
 from tracetap.rollout.runtimes import RuntimeUnavailable, create_runtime
+from tracetap.rollout.runtimes.base import ExecResult
 from tracetap.rollout.session_run import SessionRun, Stage, StageFailure
 from tracetap.store.paths import validate_session_id
 
@@ -260,19 +261,18 @@ class GatewayNode:
         for target, text in harness.files(run.harness_ctx).items():
             await run.runtime.write_text(target, text)
         for step in harness.run_steps(run.harness_ctx):
-            if not await self._step(run, step, run.remaining()):
+            result = await self._step(run, step, run.remaining())
+            if result.timed_out:
+                run.verdict, run.error = SessionStatus.TIMEOUT, f"step {step.name} ran out of the time budget"
+                return
+            if result.returncode != 0:
+                run.verdict = SessionStatus.ERROR
+                run.error = f"step {step.name} exited with {result.returncode} (see {result.stderr_path})"
                 return
 
-    async def _step(self, run: SessionRun, step: Step, timeout: float) -> bool:
-        """Run one harness step; False (with the verdict set) when it timed out or failed."""
-        result = await run.runtime.exec(step.command, env={**self._agent_env(run), **step.env},
-                                        log_name=f"agent/{step.name}", cwd=step.cwd, timeout=timeout)
-        if result.timed_out:
-            run.verdict, run.error = SessionStatus.TIMEOUT, f"step {step.name} ran out of the time budget"
-        elif result.returncode != 0:
-            run.verdict = SessionStatus.ERROR
-            run.error = f"step {step.name} exited with {result.returncode} (see {result.stderr_path})"
-        return not result.timed_out and result.returncode == 0
+    async def _step(self, run: SessionRun, step: Step, timeout: float) -> ExecResult:
+        return await run.runtime.exec(step.command, env={**self._agent_env(run), **step.env},
+                                      log_name=f"agent/{step.name}", cwd=step.cwd, timeout=timeout)
 
     # -- POSTRUN -----------------------------------------------------------------------------------
 
@@ -292,8 +292,11 @@ class GatewayNode:
         """Post-run steps, end every process, close, build, evaluate, join: in that order, so nothing
         changes the workspace while it is scored."""
         harness = HARNESSES[run.task.agent.harness]
-        for step in harness.postrun_steps(run.harness_ctx):
-            await self._step(run, step, max(0.0, deadline - asyncio.get_running_loop().time()))
+        for step in harness.postrun_steps(run.harness_ctx):  # e.g. copying transcripts: never the verdict
+            result = await self._step(run, step, max(0.0, deadline - asyncio.get_running_loop().time()))
+            if result.returncode != 0:
+                logger.warning("session %s: post-run step %s exited with %s", run.session_id, step.name,
+                               result.returncode)
         await run.runtime.teardown()
         has_calls = await self.gateway.close_session(run.session_id)
         if has_calls:
