@@ -96,11 +96,13 @@ class GatewayNode:
         return self.gateway.url
 
     async def run_session(self, session: SessionContext) -> SessionResult:
+        """Queue the session and return its result once it has ended. Cancelling this await does not end
+        the session (use `cancel`): a caller that went away must not leave half-torn-down processes."""
         sid = validate_session_id(session.session_id)
+        await self.start()
         if sid in self._seen:
             raise KeyError(f"session {sid} is already known to node {self.id}")
         self._seen.add(sid)
-        await self.start()
         run = SessionRun(session, asyncio.get_running_loop().create_future())
         run.mark("queued")
         self._live[sid] = run

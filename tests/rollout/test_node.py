@@ -12,7 +12,7 @@ import pytest
 from click.testing import CliRunner
 from conftest import DEMO, PYTHON, run, samples, task
 from tracetap.rollout.models import SessionStatus
-from tracetap.rollout.node import GatewayNode, NodeConfig
+from tracetap.rollout.node import GatewayNode, NodeClosed, NodeConfig
 from tracetap.rollout.runtimes.processes import is_alive
 from tracetap.store import connect
 
@@ -238,3 +238,22 @@ def test_failures_end_the_session_with_their_reason(gw, tmp_path):
     assert results["harness fails"].traces == 1  # what the harness did before failing is still built
     [(metadata,)] = query(gw.store, "SELECT metadata_json FROM trajectories WHERE session_id = ?", [failed])
     assert json.loads(metadata)["rollout"]["status"] == "ERROR"
+
+
+def test_shutdown_cancels_what_runs_and_refuses_new_sessions(gw, tmp_path):
+    request = task(agent={"harness": "shell", "settings": {"command": PID_RECORDER}})
+    [ctx] = samples(request)
+    node = node_for(gw, tmp_path)
+
+    async def scenario():
+        future = asyncio.create_task(node.run_session(ctx))
+        pids = await asyncio.to_thread(pids_of, tmp_path, ctx.session_id)
+        await node.shutdown()
+        await node.shutdown()  # idempotent
+        with pytest.raises(NodeClosed):
+            await node.run_session(samples(request)[0])
+        return pids, await future
+
+    pids, result = run(scenario())
+    assert result.status is SessionStatus.CANCELLED
+    assert not any(is_alive(pid) for pid in pids)
