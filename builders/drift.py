@@ -45,7 +45,7 @@ class DriftSpan:
 
     def to_json(self) -> dict:
         return {"completion_id": self.completion_id, "next_completion_id": self.next_completion_id,
-                "kind": self.kind, "sampled": list(self.sampled), "copy": list(self.copy)}
+                "kind": self.kind, "sampled": list(self.sampled), "copy": list(self.copy), "tokens": self.tokens}
 
 
 def _common_suffix_len(a: np.ndarray, b: np.ndarray, limit: int) -> int:

@@ -70,7 +70,8 @@ def test_tokenization_drift_is_a_span_of_the_same_text_and_stays_trainable(store
     (span,) = trace["metadata"]["trace"]["drift"]
     assert span == {"completion_id": stored[0]["completion_id"], "next_completion_id": stored[1]["completion_id"],
                     "kind": "tokenization", "sampled": [0, 2],
-                    "copy": [len(stored[0]["prompt_token_ids"]), len(stored[0]["prompt_token_ids"]) + 1]}
+                    "copy": [len(stored[0]["prompt_token_ids"]), len(stored[0]["prompt_token_ids"]) + 1],
+                    "tokens": 2}
     assert stored[1]["prompt_token_ids"][span["copy"][0]] == 90  # the one id for the sampled [30, 31]
     assert trace["status"] == "ok" and stats["trainable"]
 
