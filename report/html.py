@@ -110,7 +110,7 @@ def _turn(sid: str, turn: TurnView, level: int) -> str:
     thread = turn.thread_label()
     label = f' <span class="thread">{escape(thread)}</span>' if thread else ""
     parts = [f'<article class="turn" id="{escape(sid)}-turn-{turn.seq}" data-seq="{turn.seq}">',
-             f"<h{level}>#{turn.seq}{label} {status} <small>{escape(turn.completion_id)}</small></h{level}>", facts]
+             f"<h{level}>#{turn.seq} {status}{label} <small>{escape(turn.completion_id)}</small></h{level}>", facts]
     if turn.error:
         parts.append(f'<p class="error">{escape(turn.error)}</p>')
     if turn.inputs:

@@ -66,7 +66,7 @@ def test_long_traces_stay_light():
 
 def test_call_cards_and_breaks_show_threads(view_store, decode_token):
     page = render_session_page(load_session_view(view_store, "view-4", decode_token))
-    assert re.findall(r'<h3>#\d+ <span class="thread">([^<]*)</span>', page) == [
+    assert re.findall(r'<h3>#\d+ <span class="ok">ok</span> <span class="thread">([^<]*)</span>', page) == [
         "chain 0", "chain 1 · side call", "chain 0"]
 
 
