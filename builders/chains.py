@@ -8,8 +8,8 @@ its latest turn. A call goes to:
      end-of-turn token past the tip (that token included when the previous turn did not sample it,
      i.e. it was cut at `length`); no end-of-turn id known, or none in the tail: a break;
    - prompt extends the tip without the empty think block its generation prompt ended with
-     (thinking disabled, see tokens.generation_prompt_block) and the turn's copy starts right there:
-     a new turn as above, the block counted as `template` drift;
+     (thinking disabled, see tokens.generation_prompt_block): a new turn as above, its copy starting
+     where the block was, the block counted as `template` drift;
    - the tip's turn is an empty truncation (finish `length`, nothing visible to the harness) and
      the prompt extends the tip without its generation prompt: the harness dropped that turn; it
      is left out of the stream and the prompt's tail becomes interstitial;
@@ -180,19 +180,13 @@ class Router:
             if len(stripped) < len(tip) and is_prefix(stripped, prompt):
                 return Match(len(stripped), "drop")
         shared = len(tip) - generation_prompt_block(tip, prompt)
-        if shared < len(tip) and self._copy_starts(segment, prompt[shared:]):
+        if shared < len(tip):
             return Match(shared, "extend", self._verbatim(segment, prompt[shared:]))
         return None
 
     @staticmethod
     def _verbatim(segment: Segment, tail: np.ndarray) -> bool:
         return any(is_prefix(attempt.sampled, tail) for attempt in segment.turns[-1].attempts)
-
-    @staticmethod
-    def _copy_starts(segment: Segment, tail: np.ndarray) -> bool:
-        """Does the tail start with the first sampled id of one of the tip's attempts?"""
-        return len(tail) > 0 and any(len(attempt.sampled) > 0 and attempt.sampled[0] == tail[0]
-                                     for attempt in segment.turns[-1].attempts)
 
     def _retry(self, segment: Segment, call: Call, match: Match) -> None:
         segment.turns[-1].attempts.append(call)

@@ -63,14 +63,14 @@ def generation_prompt_block(tip: np.ndarray, prompt: np.ndarray) -> int:
     With thinking disabled a template (Qwen3's, ours) renders `<|im_start|>assistant\n` plus an empty
     `<think>\n\n</think>\n\n` for the turn to come, but re-renders past assistant turns without it,
     so the turn's copy in the next prompt starts inside the tip's generation prompt. Detected from the
-    ids alone: `prompt` shares the tip up to a point inside its generation prompt and ends with that
-    same generation prompt (the template added the block again). The caller checks that the turn's
-    copy starts where the shared part ends.
+    ids alone: `prompt` shares the tip up to a point inside its generation prompt, past the turn
+    opener and the role after it (a prompt that opens another role there dropped the turn instead),
+    and ends with that same generation prompt (the template added the block again).
     """
     opening = len(strip_generation_prompt(tip))
     glue = tip[opening:]
     shared = common_prefix_len(tip, prompt)
-    if not opening < shared < len(tip) or len(prompt) < shared + len(glue):
+    if not opening + 2 <= shared < len(tip) or len(prompt) < shared + len(glue):
         return 0
     return len(tip) - shared if np.array_equal(prompt[len(prompt) - len(glue):], glue) else 0
 

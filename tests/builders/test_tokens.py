@@ -52,6 +52,8 @@ def test_strip_generation_prompt(prompt, expected):
     ([1, 5, 3, 20, *THINKING_OFF], [1, 5, 3, 20, *GENERATION_PROMPT, 30, EOT, NL, *GENERATION_PROMPT], 0),
     ([1, 5, 3, 20, *THINKING_OFF], [1, 5, 3, 21, *THINKING_OFF], 0),  # differs before the generation prompt
     ([1, 5, 3, 20], [1, 5, 3, 21, *THINKING_OFF], 0),  # no generation prompt at the tip's end
+    # the turn was dropped: another role opens where the assistant turn would be
+    ([1, 5, 3, 20, *THINKING_OFF], [1, 5, 3, 20, 1, 5, 3, 21, EOT, NL, *THINKING_OFF], 0),
 ])
 def test_generation_prompt_block(tip, prompt, expected):
     assert generation_prompt_block(ids(tip), ids(prompt)) == expected
