@@ -66,6 +66,9 @@ def _differing(sampled: np.ndarray, copy: np.ndarray) -> list[tuple[int, int, in
 
 
 def _kind(sampled: np.ndarray, copy: np.ndarray, decode: Decode | None) -> str:
+    """Ids added or removed on one side only are content (no text is zero tokens), else compare text."""
+    if not len(sampled) or not len(copy):
+        return CONTENT
     if decode is None:
         return UNKNOWN
     return TOKENIZATION if decode(sampled.tolist()) == decode(copy.tolist()) else CONTENT

@@ -124,3 +124,9 @@ def test_a_break_records_where_the_prompts_part_and_both_sides(store_root):
     assert point["completion_id"] == traces[0]["completion_ids"][-1]
     assert traces[0]["metadata"]["trace"]["break"] is None
 
+
+
+def test_dropped_ids_are_content_drift_even_without_decode(store_root):
+    (trace,), _, stats = run(store_root, dropped_thoughts()[1], decode=None)
+    assert [s["kind"] for s in trace["metadata"]["trace"]["drift"]] == ["content"]
+    assert stats["not_trainable_reasons"] == ["content_drift"]
