@@ -32,8 +32,8 @@ def _ordered(segments: list[Segment]) -> list[tuple[int, Segment]]:
     return sorted(((number[s.chain], s) for s in segments), key=lambda pair: (pair[0], pair[1].index))
 
 
-def _segment_reasons(segment: Segment, session_reasons: list[str]) -> list[str]:
-    return session_reasons + drift_reasons(span.kind for span in segment.drift)
+def _drift_reasons(segment: Segment) -> list[str]:
+    return drift_reasons(span.kind for span in segment.drift)
 
 
 def _drift_by_kind(segments: list[Segment]) -> dict[str, int]:
@@ -46,8 +46,7 @@ def _drift_by_kind(segments: list[Segment]) -> dict[str, int]:
 
 def _stats(data, segments: list[Segment], retried: list[str], eot: int | None, source: str | None) -> dict:
     turns = sum(len(segment.turns) for segment in segments)
-    drifted = [reason for segment in segments for reason in _segment_reasons(segment, [])]
-    reasons = list(dict.fromkeys([*data.reasons, *drifted]))
+    reasons = list(dict.fromkeys([*data.reasons, *(r for segment in segments for r in _drift_reasons(segment))]))
     by_kind = _drift_by_kind(segments)
     return {
         **base_stats(NAME, data),
@@ -72,7 +71,7 @@ def _trace(segment: Segment, chain: int, session_reasons: list[str], stats: dict
     parts = []
     for turn in segment.turns:
         parts += [(turn.before, None), (turn.call.sampled, turn.call)]
-    reasons = _segment_reasons(segment, session_reasons)
+    reasons = session_reasons + _drift_reasons(segment)
     trace = {
         "turns": len(segment.turns),
         "drift_tokens": sum(span.tokens for span in segment.drift),
