@@ -1,6 +1,6 @@
 """What both builders share: completions as `Call`s, trace rows in the `trajectories` shape.
 
-A builder is a pure function `(completions, eot_id=None, session=None) -> (traces, stats)` over one
+A builder is a pure function `(completions, eot_id=None, session=None, decode=None) -> (traces, stats)` over one
 session: `completions` are that session's rows of the `completions` table as stored (any status,
 any order; seq and completion_id set; token lists as lists or numpy arrays), `session` its
 `sessions` row when known. Traces come back as `trajectories` rows (token columns as numpy arrays,

@@ -21,6 +21,7 @@ import numpy as np
 import pyarrow as pa
 from tracetap.builders import per_request, prefix_merging
 from tracetap.builders.base import Builder
+from tracetap.builders.drift import Decode
 from tracetap.store import validate_session_id, write_session_table
 from tracetap.store.compaction import live_files
 from tracetap.store.files import check_store, read_parquet
@@ -50,6 +51,7 @@ class BuildSummary:
     segments: int = 0
     break_reasons: Counter = field(default_factory=Counter)
     drift_tokens: int = 0
+    drift_tokens_by_kind: Counter = field(default_factory=Counter)
     retries: int = 0
     not_trainable: list[str] = field(default_factory=list)
     session_stats: dict[str, dict] = field(default_factory=dict)
@@ -61,6 +63,7 @@ class BuildSummary:
         self.segments += stats.get("segments", 0)
         self.break_reasons.update(stats.get("break_reasons", {}))
         self.drift_tokens += stats.get("drift_tokens", 0)
+        self.drift_tokens_by_kind.update(stats.get("drift_tokens_by_kind", {}))
         self.retries += stats.get("retries", 0)
         if not stats["trainable"]:
             self.not_trainable.append(session_id)
@@ -69,7 +72,8 @@ class BuildSummary:
     def to_dict(self) -> dict:
         return {"builder": self.builder, "sessions": self.sessions, "traces": self.traces,
                 "chains": self.chains, "segments": self.segments, "break_reasons": dict(self.break_reasons),
-                "drift_tokens": self.drift_tokens, "retries": self.retries,
+                "drift_tokens": self.drift_tokens, "drift_tokens_by_kind": dict(self.drift_tokens_by_kind),
+                "retries": self.retries,
                 "not_trainable": self.not_trainable, "session_stats": self.session_stats}
 
 
@@ -116,11 +120,13 @@ def load_session(store_root: Path | str, session_id: str) -> tuple[list[dict], d
 
 
 def build(store_root: Path | str, builder: str, session_ids: Iterable[str] | None = None,
-          eot_id: int | None = None, progress: Callable[[str], None] | None = None) -> BuildSummary:
+          eot_id: int | None = None, progress: Callable[[str], None] | None = None,
+          decode: Decode | None = None) -> BuildSummary:
     """Build `builder`'s trajectories for the given sessions (default: all) into the store.
 
     `eot_id` overrides end-of-turn detection (prefix_merging). `progress` is called with each
-    session id once that session is written.
+    session id once that session is written. `decode` (ids -> text, the model's tokenizer) tells
+    tokenization drift from content drift (without it, drift is unclassified and not trainable).
     """
     if builder not in BUILDERS:
         raise ValueError(f"unknown builder {builder!r}; builders: {', '.join(BUILDERS)}")
@@ -135,7 +141,8 @@ def build(store_root: Path | str, builder: str, session_ids: Iterable[str] | Non
     summary = BuildSummary(builder)
     pool = ThreadPoolExecutor(BUILD_THREADS, thread_name_prefix="tracetap-build")
     try:
-        for sid, stats in zip(wanted, pool.map(partial(_build_session, root, builder, eot_id), wanted), strict=True):
+        results = pool.map(partial(_build_session, root, builder, eot_id, decode), wanted)
+        for sid, stats in zip(wanted, results, strict=True):
             summary.add(sid, stats)
             if progress is not None:
                 progress(sid)
@@ -144,9 +151,9 @@ def build(store_root: Path | str, builder: str, session_ids: Iterable[str] | Non
     return summary
 
 
-def _build_session(root: Path, builder: str, eot_id: int | None, sid: str) -> dict:
+def _build_session(root: Path, builder: str, eot_id: int | None, decode: Decode | None, sid: str) -> dict:
     """Build and write one session's traces; returns its stats."""
     rows, session = load_session(root, sid)
-    traces, stats = BUILDERS[builder](rows, eot_id=eot_id, session=session)
+    traces, stats = BUILDERS[builder](rows, eot_id=eot_id, session=session, decode=decode)
     write_session_table(root, "trajectories", sid, traces, OUTPUT_FILE, builder=builder)
     return stats

@@ -6,6 +6,11 @@ empty views with the schema's columns and types. Files are read without hive par
 `session_id` (and `builder`) are real columns inside every file. The completions view applies the
 compaction visibility rule (see store/compaction.py) within one directory listing, so a query never
 sees a superseded file's rows twice. Views have no defined row order: use ORDER BY session_id, seq.
+
+The completions view also carries each call's thread (VIEW_COLUMNS): its `chain_index`, read from the
+`prefix_merging` trajectories when they are built (the chain of the trace that holds the call, or
+whose turn it retried), and `side_call`, true for a call offering no tools in a session whose other
+calls do (a title, a summary, a compaction). The store imports no builder: this is a read-only join.
 """
 
 from __future__ import annotations
@@ -24,6 +29,12 @@ if TYPE_CHECKING:
     import polars
 
 PART_NUMBER = r"/part-([0-9]+)\.parquet$"
+THREAD_BUILDER = "prefix_merging"
+VIEW_COLUMNS = {"completions": (
+    ("chain_index", "int32", f"chain of the call in the `{THREAD_BUILDER}` traces (null until built)"),
+    ("side_call", "bool", "the request offers no tools while other calls of the session do (a title, "
+                          "a summary, a compaction); null without a chat request"),
+)}
 
 
 def _sql_string(value: str) -> str:
@@ -43,17 +54,42 @@ def _source(con: duckdb.DuckDBPyConnection, root: Path, table: str) -> str:
     return f"SELECT * FROM ({_typed_empty(con, table)}) UNION ALL BY NAME {scan}"
 
 
-def _view_sql(con: duckdb.DuckDBPyConnection, root: Path, table: str) -> str:
-    columns = ", ".join(f'"{name}"' for name in TABLES[table].names)
-    source = _source(con, root, table)
-    if table != "completions":
-        return f"SELECT {columns} FROM ({source})"
+def _columns(table: str) -> str:
+    return ", ".join(f'"{name}"' for name in TABLES[table].names)
+
+
+def _visible_completions(con: duckdb.DuckDBPyConnection, root: Path) -> str:
     # N = highest part per session; visible: part-N and per-completion files with seq >= N
     part = f"TRY_CAST(regexp_extract(filename, '{PART_NUMBER}', 1) AS BIGINT)"
-    numbered = f"SELECT *, {part} AS _part FROM ({source})"
+    numbered = f"SELECT *, {part} AS _part FROM ({_source(con, root, 'completions')})"
     windowed = f"SELECT *, max(_part) OVER (PARTITION BY session_id) AS _covered FROM ({numbered})"
-    return (f"SELECT {columns} FROM ({windowed}) "
+    return (f"SELECT {_columns('completions')} FROM ({windowed}) "
             "WHERE CASE WHEN _part IS NULL THEN seq >= coalesce(_covered, 0) ELSE _part = _covered END")
+
+
+def _threads(con: duckdb.DuckDBPyConnection, root: Path) -> str:
+    """(session_id, completion_id, chain_index) for every call a thread-building trace holds or retried."""
+    retried = "CAST(json_extract_string(metadata_json, '$.trace.retried_completion_ids[*]') AS VARCHAR[])"
+    calls = (f"SELECT session_id, chain_index, unnest(list_concat(completion_ids, coalesce({retried}, []))) "
+             f"AS completion_id FROM ({_source(con, root, 'trajectories')}) "
+             f"WHERE builder = {_sql_string(THREAD_BUILDER)}")
+    return f"SELECT session_id, completion_id, min(chain_index) AS chain_index FROM ({calls}) GROUP BY ALL"
+
+
+def _completions_sql(con: duckdb.DuckDBPyConnection, root: Path) -> str:
+    tools = "json_array_length(chat_request_json, '$.tools') > 0"
+    offers_tools = f"CASE WHEN chat_request_json IS NULL THEN NULL ELSE coalesce({tools}, false) END"
+    with_tools = f"SELECT *, {offers_tools} AS _tools FROM ({_visible_completions(con, root)})"
+    return (f"SELECT c.{_columns('completions').replace(', ', ', c.')}, t.chain_index::INTEGER AS chain_index, "
+            "NOT c._tools AND bool_or(c._tools) OVER (PARTITION BY c.session_id) AS side_call "
+            f"FROM ({with_tools}) c LEFT JOIN ({_threads(con, root)}) t "
+            "ON c.session_id = t.session_id AND c.completion_id = t.completion_id")
+
+
+def _view_sql(con: duckdb.DuckDBPyConnection, root: Path, table: str) -> str:
+    if table == "completions":
+        return _completions_sql(con, root)
+    return f"SELECT {_columns(table)} FROM ({_source(con, root, table)})"
 
 
 def connect(root: Path | str, decode: Callable[[list[int]], str] | None = None) -> duckdb.DuckDBPyConnection:
