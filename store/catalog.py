@@ -6,6 +6,7 @@ empty views with the schema's columns and types. Files are read without hive par
 `session_id` (and `builder`) are real columns inside every file. The completions view applies the
 compaction visibility rule (see store/compaction.py) within one directory listing, so a query never
 sees a superseded file's rows twice. Views have no defined row order: use ORDER BY session_id, seq.
+Reads follow store/reading.py: a statement or scan that loses a file to compaction runs again.
 """
 
 from __future__ import annotations
@@ -14,9 +15,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from tracetap.store import compaction
+from tracetap.store.connection import StoreConnection, duckdb_vanished
 from tracetap.store.files import storage_schema
 from tracetap.store.paths import TABLE_DEPTH, data_files, table_glob
+from tracetap.store.reading import retrying, session_files
 from tracetap.store.schema import TABLES
 
 if TYPE_CHECKING:
@@ -24,6 +26,9 @@ if TYPE_CHECKING:
     import polars
 
 PART_NUMBER = r"/part-([0-9]+)\.parquet$"
+# tables that gained a column since schema version 1: their files are matched by column name (older
+# files read it as NULL), which costs a schema read per file, so only where needed
+GREW_COLUMNS = ("sessions",)
 
 
 def _sql_string(value: str) -> str:
@@ -38,8 +43,9 @@ def _typed_empty(con: duckdb.DuckDBPyConnection, table: str) -> str:
 
 
 def _source(con: duckdb.DuckDBPyConnection, root: Path, table: str) -> str:
+    by_name = "true" if table in GREW_COLUMNS else "false"
     scan = (f"SELECT * FROM read_parquet({_sql_string(table_glob(root, table))}, filename = true, "
-            "hive_partitioning = false, allow_empty = true)")
+            f"hive_partitioning = false, union_by_name = {by_name}, allow_empty = true)")
     return f"SELECT * FROM ({_typed_empty(con, table)}) UNION ALL BY NAME {scan}"
 
 
@@ -56,7 +62,7 @@ def _view_sql(con: duckdb.DuckDBPyConnection, root: Path, table: str) -> str:
             "WHERE CASE WHEN _part IS NULL THEN seq >= coalesce(_covered, 0) ELSE _part = _covered END")
 
 
-def connect(root: Path | str, decode: Callable[[list[int]], str] | None = None) -> duckdb.DuckDBPyConnection:
+def connect(root: Path | str, decode: Callable[[list[int]], str] | None = None) -> StoreConnection:
     """An in-memory DuckDB connection with views `completions, sessions, rewards, trajectories`.
 
     With `decode`, the SQL function `decode(ids INTEGER[]) -> VARCHAR` calls it (NULL for NULL).
@@ -68,11 +74,12 @@ def connect(root: Path | str, decode: Callable[[list[int]], str] | None = None) 
         raise FileNotFoundError(f"store {root} does not exist")
     con = duckdb.connect(":memory:")
     con.execute("SET TimeZone = 'UTC'")  # the store's timestamps are UTC; show them so
-    for table in TABLES:
-        con.execute(f"CREATE VIEW {table} AS {_view_sql(con, root.resolve(), table)}")
+    for table in TABLES:  # creating a view reads its files' schemas: compaction may move them
+        sql = f"CREATE OR REPLACE VIEW {table} AS {_view_sql(con, root.resolve(), table)}"
+        retrying(lambda: con.execute(sql), duckdb_vanished)
     if decode is not None:
         con.create_function("decode", lambda ids: decode(list(ids)), ["INTEGER[]"], "VARCHAR")
-    return con
+    return StoreConnection(con)
 
 
 def table_files(root: Path | str, table: str) -> list[Path]:
@@ -81,15 +88,36 @@ def table_files(root: Path | str, table: str) -> list[Path]:
     if table not in TABLE_DEPTH:
         raise ValueError(f"unknown table {table!r}; tables: {', '.join(TABLE_DEPTH)}")
     directories = sorted(Path(root, table).glob("/".join(["*"] * TABLE_DEPTH[table])))
-    pick = compaction.live_files if table == "completions" else data_files
+    pick = session_files if table == "completions" else data_files
     return [path for directory in directories for path in pick(directory)]
 
 
 def scan(root: Path | str, table: str) -> polars.LazyFrame:
-    """`table` as a Polars LazyFrame over the files present now (call again to see newer files)."""
+    """`table` as a Polars LazyFrame; its files are listed each time it is collected."""
+    import polars
+    from polars.io.plugins import register_io_source
+
+    if table not in TABLES:
+        raise ValueError(f"unknown table {table!r}; tables: {', '.join(TABLES)}")
+    schema = polars.from_arrow(storage_schema(TABLES[table]).empty_table()).schema
+
+    def source(with_columns: list[str] | None, predicate: polars.Expr | None, n_rows: int | None,
+               batch_size: int | None):
+        yield retrying(lambda: _collect(Path(root), table, schema, with_columns, predicate, n_rows))
+
+    return register_io_source(source, schema=schema, explain_name=f"tracetap {table}")
+
+
+def _collect(root: Path, table: str, schema: polars.Schema, with_columns: list[str] | None,
+             predicate: polars.Expr | None, n_rows: int | None) -> polars.DataFrame:
+    """What one collect of `scan(root, table)` asks for, read from the files listed now."""
     import polars
 
     files = table_files(root, table)
-    if not files:
-        return polars.from_arrow(storage_schema(TABLES[table]).empty_table()).lazy()
-    return polars.scan_parquet(files, hive_partitioning=False)
+    frame = (polars.scan_parquet(files, schema=schema, hive_partitioning=False, missing_columns="insert")
+             if files else polars.LazyFrame(schema=schema))
+    if predicate is not None:
+        frame = frame.filter(predicate)
+    if with_columns is not None:
+        frame = frame.select(with_columns)
+    return (frame if n_rows is None else frame.head(n_rows)).collect()

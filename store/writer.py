@@ -39,6 +39,7 @@ from tracetap.store.paths import (
     validate_name,
     validate_session_id,
 )
+from tracetap.store.reading import read_session
 from tracetap.store.schema import COMPLETION_STATUSES, COMPLETIONS, SCHEMA_VERSION, SESSIONS, TABLES, empty_row
 from tracetap.store.tables import rows_to_table
 
@@ -233,7 +234,7 @@ class StoreWriter:
         return state
 
     def _recount(self, state: _Session) -> None:
-        table = read_parquet(compaction.live_files(state.directory), COMPLETIONS, _RECOUNT_COLUMNS)
+        table = read_session(state.directory, _RECOUNT_COLUMNS)
         status = state.row["status"]
         state.row.update(completions=0, prompt_tokens=0, completion_tokens=0, started_at=None)
         state.failures = {}
