@@ -12,6 +12,7 @@ Reads follow store/reading.py: a statement or scan that loses a file to compacti
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -76,7 +77,7 @@ def connect(root: Path | str, decode: Callable[[list[int]], str] | None = None) 
     con.execute("SET TimeZone = 'UTC'")  # the store's timestamps are UTC; show them so
     for table in TABLES:  # creating a view reads its files' schemas: compaction may move them
         sql = f"CREATE OR REPLACE VIEW {table} AS {_view_sql(con, root.resolve(), table)}"
-        retrying(lambda: con.execute(sql), duckdb_vanished)
+        retrying(partial(con.execute, sql), duckdb_vanished)
     if decode is not None:
         con.create_function("decode", lambda ids: decode(list(ids)), ["INTEGER[]"], "VARCHAR")
     return StoreConnection(con)
