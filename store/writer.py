@@ -5,7 +5,7 @@ atomically and fsync'd before `record_completion` returns, then the session's on
 rewritten. Session state lives in memory after its first touch, so a write never re-reads the store.
 Writes to one session are serialized (seqs hit the disk in order, which compaction relies on);
 different sessions write in parallel. The summary row is rewritten by a background thread right
-after each call (it is derived: a stale one is recounted from the completions on the next load), and
+after each call (it is derived: a writer opening the store recounts every row a crash left stale), and
 synchronously by register_session, close_session, flush and close. One writer process per store:
 a lock file enforces it.
 """
@@ -32,6 +32,7 @@ from tracetap.store.files import (
 )
 from tracetap.store.flusher import Flusher
 from tracetap.store.paths import (
+    SESSION_ID_PATTERN,
     VERSION_FILE,
     completion_name,
     session_dir,
@@ -124,6 +125,7 @@ class StoreWriter:
         self._sessions: dict[str, _Session] = {}
         self._owner = self._open_store()
         self._flusher = Flusher(self._save, delay=SESSION_SAVE_DELAY)
+        self._reconcile()
 
     def _open_store(self):
         for table in (None, *TABLES):
@@ -137,6 +139,19 @@ class StoreWriter:
             owner.close()
             raise StoreError(f"store {self.root} is already open in another StoreWriter") from None
         return owner
+
+    def _reconcile(self) -> None:
+        """Rewrite the summary rows a crash left behind their completions (a kill -9 between a call's
+        durable write and its deferred row save), so readers need not wait for the session's next call.
+        Costs one listing and one row read per session; only stale rows are recounted."""
+        for directory in sorted(Path(self.root, "completions").glob("session_id=*")):
+            sid = directory.name.removeprefix("session_id=")
+            if not SESSION_ID_PATTERN.fullmatch(sid):
+                continue
+            state = self._load(sid)
+            if state.version:  # recounted
+                self._sessions[sid] = state
+                self._save(sid)
 
     def flush(self) -> None:
         """Wait until every session row reflects every recorded call."""
