@@ -41,7 +41,15 @@ from tracetap.store.paths import (
     validate_session_id,
 )
 from tracetap.store.reading import read_session
-from tracetap.store.schema import COMPLETION_STATUSES, COMPLETIONS, SCHEMA_VERSION, SESSIONS, TABLES, empty_row
+from tracetap.store.schema import (
+    COMPLETION_STATUSES,
+    COMPLETIONS,
+    SCHEMA_VERSION,
+    SESSIONS,
+    TABLES,
+    UNRECORDED_KINDS,
+    empty_row,
+)
 from tracetap.store.tables import rows_to_table
 
 FAILED = ("upstream_error", "timeout")
@@ -59,6 +67,7 @@ class _Session:
     row: dict
     next_seq: int
     failures: dict = field(default_factory=dict)
+    unrecorded: dict[str, int] = field(default_factory=dict)
     last_write: float = 0.0
     dirty: bool = False  # has files compaction has not merged yet
     version: int = 0  # bumped on every change of the summary; `saved` is the version on disk
@@ -67,7 +76,12 @@ class _Session:
     save_lock: threading.Lock = field(default_factory=threading.Lock)
 
     def snapshot(self) -> dict:
-        return {**self.row, "upstream_failures_json": json.dumps(self.failures) if self.failures else None}
+        return {**self.row, "upstream_failures_json": _json_or_none(self.failures),
+                "unrecorded_json": _json_or_none(self.unrecorded)}
+
+
+def _json_or_none(counts: dict) -> str | None:
+    return json.dumps(counts) if counts else None
 
 
 def new_completion_id() -> str:
@@ -191,6 +205,17 @@ class StoreWriter:
         self._flusher.submit(sid)
         return full
 
+    def note_unrecorded(self, sid: str, kind: str) -> None:
+        """Count a call answered without a completion row (a probe, a model list, a token count, an
+        error), so a session shows everything it sent; saved with the summary row, shortly after."""
+        if kind not in UNRECORDED_KINDS:
+            raise ValueError(f"unrecorded kind must be one of {UNRECORDED_KINDS}, got {kind!r}")
+        state = self._state(validate_session_id(sid))
+        with state.lock:
+            state.unrecorded[kind] = state.unrecorded.get(kind, 0) + 1
+            state.version += 1
+        self._flusher.submit(sid)
+
     def register_session(self, sid: str, task_id: str | None = None, harness: str | None = None,
                          metadata: dict | None = None) -> dict:
         """Create or annotate a session row; task_id and harness keep the first non-empty value."""
@@ -244,6 +269,7 @@ class StoreWriter:
         rows = read_parquet([path], SESSIONS).to_pylist() if path.exists() else []
         state = _Session(directory, path, rows[0] if rows else _new_row(sid), compaction.next_seq(directory))
         state.failures = json.loads(state.row["upstream_failures_json"] or "{}")
+        state.unrecorded = json.loads(state.row["unrecorded_json"] or "{}")
         if state.row["completions"] != state.next_seq:
             self._recount(state)
         return state
