@@ -160,12 +160,16 @@ class StoreWriter:
         Costs one listing and one row read per session; only stale rows are recounted."""
         for directory in sorted(Path(self.root, "completions").glob("session_id=*")):
             sid = directory.name.removeprefix("session_id=")
-            if not SESSION_ID_PATTERN.fullmatch(sid):
-                continue
-            state = self._load(sid)
-            if state.version:  # recounted
-                self._sessions[sid] = state
+            if SESSION_ID_PATTERN.fullmatch(sid) and self._saved_count(sid) != compaction.next_seq(directory):
+                self._sessions[sid] = self._load(sid)  # recounts it
                 self._save(sid)
+
+    def _saved_count(self, sid: str) -> int | None:
+        """How many calls the session row on disk counts (None without a row)."""
+        path = session_file(self.root, sid)
+        if not path.exists():
+            return None
+        return read_parquet([path], SESSIONS, ["completions"]).column("completions")[0].as_py()
 
     def flush(self) -> None:
         """Wait until every session row reflects every recorded call."""
