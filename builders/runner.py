@@ -23,10 +23,10 @@ from tracetap.builders import per_request, prefix_merging
 from tracetap.builders.base import Builder
 from tracetap.builders.drift import Decode
 from tracetap.store import validate_session_id, write_session_table
-from tracetap.store.compaction import live_files
 from tracetap.store.files import check_store, read_parquet
 from tracetap.store.paths import SESSION_ID_PATTERN, session_dir, session_file
-from tracetap.store.schema import COMPLETIONS, SESSIONS
+from tracetap.store.reading import read_session
+from tracetap.store.schema import SESSIONS
 
 READ_COLUMNS = ["session_id", "seq", "completion_id", "task_id", "status", "http_status", "served_model",
                 "prompt_token_ids", "completion_token_ids", "logprobs", "finish_reason", "tool_calls",
@@ -105,14 +105,7 @@ def table_rows(table: pa.Table) -> list[dict]:
 def load_session(store_root: Path | str, session_id: str) -> tuple[list[dict], dict | None]:
     """(the session's completion rows in seq order, its sessions row or None)."""
     root, sid = Path(store_root), validate_session_id(session_id)
-    directory = session_dir(root, "completions", sid)
-    for attempt in range(3):  # compaction may delete a file between listing and reading it
-        try:
-            table = read_parquet(live_files(directory), COMPLETIONS, READ_COLUMNS)
-            break
-        except FileNotFoundError:
-            if attempt == 2:
-                raise
+    table = read_session(session_dir(root, "completions", sid), READ_COLUMNS)
     path = session_file(root, sid)
     sessions = read_parquet([path], SESSIONS).to_pylist() if path.exists() else []
     rows = sorted(table_rows(table), key=lambda row: row["seq"])

@@ -44,10 +44,9 @@ from tracetap.capture.upstream import (
     with_token_flags,
 )
 from tracetap.store import connect
-from tracetap.store.compaction import live_files
-from tracetap.store.files import check_store, read_parquet
+from tracetap.store.files import check_store
 from tracetap.store.paths import session_dir, validate_session_id
-from tracetap.store.schema import COMPLETIONS
+from tracetap.store.reading import read_session
 
 logger = logging.getLogger("tracetap.gateway")
 
@@ -116,8 +115,7 @@ class RecordedStore:
 
     def session_table(self, session_id: str) -> pa.Table:
         """Every recorded completion of one session, in seq order (empty when it has none)."""
-        files = live_files(session_dir(self.root, "completions", session_id))
-        return read_parquet(files, COMPLETIONS).sort_by("seq")
+        return read_session(session_dir(self.root, "completions", session_id)).sort_by("seq")
 
 
 class ReplayUpstream:

@@ -4,7 +4,8 @@
 bind the session, detect the API, check and parse the body, translate with the provider adapter,
 call the upstream once (non-streaming, with token data), record the call durably, and only then
 answer (JSON or a synthetic SSE stream). Client errors are answered in the caller's API shape and
-never written; upstream failures are written with their status and no tokens.
+never recorded as completions; upstream failures are recorded with their status and no tokens. Every
+call without a completions row (probes, model lists, token counts, errors) is counted per session.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ EXPLICIT_SOURCES = ("path", "header", "query")  # ids a harness named, so later 
 # UpstreamError kind -> error kind of the reply (else upstream_unreachable), and -> recorded status
 _UPSTREAM_KINDS = {"timeout": "timeout", "http": "upstream_error", "replay_miss": "not_found"}
 _FAILED_STATUS = {"timeout": "timeout", "replay_miss": "client_error"}  # else upstream_error
+_UNRECORDED = {routes.PROBE: "probe", routes.MODELS: "models", routes.COUNT_TOKENS: "count_tokens"}
 
 
 class Reject(Exception):
@@ -68,6 +70,8 @@ class Request:
     received: float = field(default_factory=time.perf_counter)
     labels: dict[str, str] = field(default_factory=dict)  # task_id / policy_version the caller named
     created_at: datetime = field(default_factory=lambda: datetime.now(UTC))
+    endpoint: str | None = None  # routes.GENERATE, routes.PROBE, ... once detected
+    recorded: bool = False  # a completions row holds this call
 
 
 class GatewayService:
@@ -85,16 +89,32 @@ class GatewayService:
         request = Request(method.upper(), path, {k.lower(): v for k, v in headers.items()}, query, body)
         api = routes.plausible_api(split_prefix(path)[1], request.headers)
         try:
-            return await self._dispatch(request)
+            reply = await self._dispatch(request)
         except Reject as exc:
-            return error_reply(exc.api or api, exc.status, str(exc), exc.kind)
+            reply = error_reply(exc.api or api, exc.status, str(exc), exc.kind)
         except Exception:
             logger.exception("gateway failed on %s %s", request.method, split_prefix(path)[1])
-            return error_reply(api, 500, "internal gateway error (see the gateway log)", "internal")
+            reply = error_reply(api, 500, "internal gateway error (see the gateway log)", "internal")
+        await self._count_unrecorded(request, reply.status)
+        return reply
+
+    async def _count_unrecorded(self, request: Request, status: int) -> None:
+        """A call answered without a completions row is still counted under its session, if it has one."""
+        kind = _unrecorded_kind(request, status)
+        if kind is None:
+            return
+        try:
+            sid = bind(request.path, request.headers, request.query, self.registered).session_id
+            await asyncio.to_thread(self.writer.note_unrecorded, sid, kind)
+        except SessionError:
+            return  # no valid session id to count it under
+        except Exception:
+            logger.exception("could not count an unrecorded %s call", kind)
 
     async def _dispatch(self, request: Request) -> Reply:
         provider_path = split_prefix(request.path)[1]
         route = routes.detect(request.method, provider_path, request.headers)
+        request.endpoint = route.endpoint
         try:
             data = self._body(request, route)
             if data is not None:
@@ -144,7 +164,9 @@ class GatewayService:
         try:
             result = await self.upstream.chat(chat_request, binding.session_id)
         except UpstreamError as exc:
-            return await self._upstream_failed(call, adapter, exc)
+            reply = await self._upstream_failed(call, adapter, exc)
+            request.recorded = True
+            return reply
         call.chat_request, call.capture, call.upstream_ms = result.request, result.capture, result.ms
         call.served_model = result.body.get("model") or call.served_model
         call.metadata = result.metadata
@@ -153,6 +175,7 @@ class GatewayService:
         call.response_body = adapter.from_chat_response(result.body, ctx)
         events = adapter.to_sse_events(result.body, ctx) if route.stream else None
         await self._record(call)
+        request.recorded = True
         headers = {"x-tracetap-session": call.session_id, "x-tracetap-completion-id": call.completion_id}
         if events is None:
             return Reply(200, _dumps(call.response_body), {"content-type": JSON_TYPE, **headers})
@@ -246,6 +269,15 @@ class GatewayService:
                 await asyncio.to_thread(self.writer.compact_idle, idle_seconds)
             except Exception:
                 logger.exception("idle compaction failed")
+
+
+def _unrecorded_kind(request: Request, status: int) -> str | None:
+    """Which of UNRECORDED_KINDS (store/schema.py) this call counts as; None when it is recorded."""
+    if request.recorded or request.endpoint == routes.SESSION_CLOSE:
+        return None
+    if status >= 400:
+        return "server_error" if status >= 500 else "client_error"
+    return _UNRECORDED.get(request.endpoint)
 
 
 def error_reply(api: str, status: int, message: str, kind: str) -> Reply:

@@ -12,6 +12,8 @@ SCHEMA_VERSION = 1
 
 API_NAMES = ("openai_chat", "anthropic_messages", "openai_responses", "gemini")
 COMPLETION_STATUSES = ("ok", "upstream_error", "timeout", "client_error")
+# calls the gateway answers without recording a completion, counted per session in `sessions`
+UNRECORDED_KINDS = ("probe", "models", "count_tokens", "client_error", "server_error")
 
 
 def _f(name: str, type_: pa.DataType, doc: str, nullable: bool = True) -> pa.Field:
@@ -65,6 +67,8 @@ SESSIONS = pa.schema([
     _f("prompt_tokens", pa.int64(), "sum of prompt tokens over ok calls"),
     _f("completion_tokens", pa.int64(), "sum of sampled tokens over ok calls"),
     _f("upstream_failures_json", pa.string(), "upstream failures: {kind: count, last_at, last_kind}"),
+    _f("unrecorded_json", pa.string(), "calls answered but not recorded: {kind: count}, kinds "
+       + " | ".join(UNRECORDED_KINDS)),
     _f("metadata_json", pa.string(), "free-form session metadata"),
 ])
 
