@@ -74,6 +74,31 @@ def _visible_completions(con: duckdb.DuckDBPyConnection, root: Path) -> str:
             "WHERE CASE WHEN _part IS NULL THEN seq >= coalesce(_covered, 0) ELSE _part = _covered END")
 
 
+def _threads(con: duckdb.DuckDBPyConnection, root: Path) -> str:
+    """(session_id, completion_id, chain_index) for every call a thread-building trace holds or retried."""
+    retried = "CAST(json_extract_string(metadata_json, '$.trace.retried_completion_ids[*]') AS VARCHAR[])"
+    calls = (f"SELECT session_id, chain_index, unnest(list_concat(completion_ids, coalesce({retried}, []))) "
+             f"AS completion_id FROM ({_source(con, root, 'trajectories')}) "
+             f"WHERE builder = {_sql_string(THREAD_BUILDER)}")
+    return f"SELECT session_id, completion_id, min(chain_index) AS chain_index FROM ({calls}) GROUP BY ALL"
+
+
+def _completions_sql(con: duckdb.DuckDBPyConnection, root: Path) -> str:
+    tools = "json_array_length(chat_request_json, '$.tools') > 0"
+    offers_tools = f"CASE WHEN chat_request_json IS NULL THEN NULL ELSE coalesce({tools}, false) END"
+    with_tools = f"SELECT *, {offers_tools} AS _tools FROM ({_visible_completions(con, root)})"
+    return (f"SELECT c.{_columns('completions').replace(', ', ', c.')}, t.chain_index::INTEGER AS chain_index, "
+            "NOT c._tools AND bool_or(c._tools) OVER (PARTITION BY c.session_id) AS side_call "
+            f"FROM ({with_tools}) c LEFT JOIN ({_threads(con, root)}) t "
+            "ON c.session_id = t.session_id AND c.completion_id = t.completion_id")
+
+
+def _view_sql(con: duckdb.DuckDBPyConnection, root: Path, table: str) -> str:
+    if table == "completions":
+        return _completions_sql(con, root)
+    return f"SELECT {_columns(table)} FROM ({_source(con, root, table)})"
+
+
 def connect(root: Path | str, decode: Callable[[list[int]], str] | None = None) -> StoreConnection:
     """An in-memory DuckDB connection with views `completions, sessions, rewards, trajectories`.
 
