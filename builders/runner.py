@@ -51,6 +51,7 @@ class BuildSummary:
     break_reasons: Counter = field(default_factory=Counter)
     drift_tokens: int = 0
     retries: int = 0
+    degraded: int = 0  # completions the upstream answered without training data (never in a trace)
     not_trainable: list[str] = field(default_factory=list)
     session_stats: dict[str, dict] = field(default_factory=dict)
 
@@ -62,6 +63,7 @@ class BuildSummary:
         self.break_reasons.update(stats.get("break_reasons", {}))
         self.drift_tokens += stats.get("drift_tokens", 0)
         self.retries += stats.get("retries", 0)
+        self.degraded += stats.get("completions_degraded", 0)
         if not stats["trainable"]:
             self.not_trainable.append(session_id)
         self.session_stats[session_id] = stats
@@ -69,7 +71,7 @@ class BuildSummary:
     def to_dict(self) -> dict:
         return {"builder": self.builder, "sessions": self.sessions, "traces": self.traces,
                 "chains": self.chains, "segments": self.segments, "break_reasons": dict(self.break_reasons),
-                "drift_tokens": self.drift_tokens, "retries": self.retries,
+                "drift_tokens": self.drift_tokens, "retries": self.retries, "degraded": self.degraded,
                 "not_trainable": self.not_trainable, "session_stats": self.session_stats}
 
 

@@ -4,7 +4,9 @@
 bind the session, detect the API, check and parse the body, translate with the provider adapter,
 call the upstream once (non-streaming, with token data), record the call durably, and only then
 answer (JSON or a synthetic SSE stream). Client errors are answered in the caller's API shape and
-never written; upstream failures are written with their status and no tokens.
+never written; upstream failures are written with their status and no tokens. An answer that is not
+training data (no token ids, misaligned logprobs, ...) is written `degraded` and still answered.
+The body sent upstream is redacted (capture/redact.py) like everything stored.
 """
 
 from __future__ import annotations
@@ -21,9 +23,11 @@ from datetime import UTC, datetime
 from tracetap.capture import detect as routes
 from tracetap.capture.adapters import ADAPTERS
 from tracetap.capture.adapters.base import AdapterError, RequestContext
+from tracetap.capture.jsontext import dump_bytes
 from tracetap.capture.record import Call, build_row, display_path
+from tracetap.capture.redact import DEFAULT, Redactor
 from tracetap.capture.sessions import SessionError, bind, labels, split_prefix
-from tracetap.capture.upstream import UpstreamClient, UpstreamError
+from tracetap.capture.upstream import NO_CHOICES, UpstreamClient, UpstreamError, UpstreamResult
 from tracetap.store.paths import InvalidSessionId, session_dir, validate_session_id
 
 logger = logging.getLogger("tracetap.gateway")
@@ -73,10 +77,11 @@ class GatewayService:
     """Holds the store writer and the upstream client. Session ids harnesses named explicitly count
     as registered: an API key equal to one binds to it (DESIGN §4)."""
 
-    def __init__(self, writer, upstream: UpstreamClient, max_body: int = MAX_BODY):
+    def __init__(self, writer, upstream: UpstreamClient, max_body: int = MAX_BODY, redactor: Redactor = DEFAULT):
         self.writer = writer
         self.upstream = upstream
         self.max_body = max_body
+        self.redactor = redactor
         self.registered: set[str] = set()
 
     async def handle(self, method: str, path: str, headers: Mapping[str, str], query: Mapping[str, str],
@@ -130,7 +135,7 @@ class GatewayService:
     async def _generate(self, request: Request, route: routes.Route, binding, data: dict) -> Reply:
         adapter = _adapter(route.api)
         ctx = await self._context(route, binding, data, request.created_at)
-        chat_request = _translate(adapter, data, ctx)
+        chat_request = self.redactor.redact(_translate(adapter, data, ctx))
         if binding.source in EXPLICIT_SOURCES:
             self.registered.add(binding.session_id)
         call = Call(session_id=binding.session_id, api=route.api,
@@ -143,9 +148,9 @@ class GatewayService:
             result = await self.upstream.chat(chat_request, binding.session_id)
         except UpstreamError as exc:
             return await self._upstream_failed(call, adapter, exc)
-        call.chat_request, call.capture, call.upstream_ms = result.request, result.capture, result.ms
-        call.served_model = result.body.get("model") or call.served_model
-        call.metadata = result.metadata
+        _answered(call, result)
+        if NO_CHOICES in result.capture.problems:  # nothing to answer with: a 502, recorded as degraded
+            return await self._no_answer(call, adapter)
         if result.reply_as is not None:  # a replay shows the recorded call's ids, byte for byte
             ctx = replace(ctx, completion_id=result.reply_as[0], created=result.reply_as[1])
         call.response_body = adapter.from_chat_response(result.body, ctx)
@@ -153,8 +158,14 @@ class GatewayService:
         await self._record(call)
         headers = {"x-tracetap-session": call.session_id, "x-tracetap-completion-id": call.completion_id}
         if events is None:
-            return Reply(200, _dumps(call.response_body), {"content-type": JSON_TYPE, **headers})
+            return Reply(200, dump_bytes(call.response_body), {"content-type": JSON_TYPE, **headers})
         return Reply(200, b"".join(events), {**SSE_HEADERS, **headers})
+
+    async def _no_answer(self, call: Call, adapter) -> Reply:
+        call.http_status = 502
+        call.response_body = adapter.error_body(502, call.error, "upstream_error")
+        await self._record(call)
+        return Reply(502, dump_bytes(call.response_body))
 
     async def _context(self, route: routes.Route, binding, data: dict, received: datetime) -> RequestContext:
         requested = route.model or "unknown"
@@ -173,11 +184,11 @@ class GatewayService:
         call.chat_request = exc.request or call.chat_request
         call.response_body = adapter.error_body(exc.status, str(exc), kind)
         await self._record(call)
-        return Reply(exc.status, _dumps(call.response_body))
+        return Reply(exc.status, dump_bytes(call.response_body), {"content-type": JSON_TYPE, **exc.headers})
 
     async def _record(self, call: Call) -> None:
         """Durable before the harness sees a byte: a failed write is a 500, never a silent loss."""
-        row = build_row(call)
+        row = build_row(call, redactor=self.redactor)
         try:
             await asyncio.to_thread(self.writer.record_completion, row)
         except Exception as exc:
@@ -190,23 +201,23 @@ class GatewayService:
             raise Reject(404, f"{route.api} has no token-count endpoint", "not_found")
         ctx = await self._context(route, binding, data, request.created_at)
         try:
-            count = await self.upstream.tokenize(_translate(adapter, data, ctx))
+            count = await self.upstream.tokenize(self.redactor.redact(_translate(adapter, data, ctx)))
         except UpstreamError as exc:
             kind = _UPSTREAM_KINDS.get(exc.kind, "upstream_unreachable")
             raise Reject(exc.status, str(exc), kind) from None
-        return Reply(200, _dumps(adapter.count_tokens_body(count)))
+        return Reply(200, dump_bytes(adapter.count_tokens_body(count)))
 
     async def _models(self, request: Request, route: routes.Route, binding, data: None) -> Reply:
         """The served models in the caller's list shape; any name exists (unknown ones map to the served)."""
         adapter = ADAPTERS.get(route.api)
         lister = adapter if hasattr(adapter, "models_body") else ADAPTERS[FALLBACK_API]
         if route.target:
-            return Reply(200, _dumps(lister.model_body(route.target)))
+            return Reply(200, dump_bytes(lister.model_body(route.target)))
         names = list(self.upstream.models) or list(await self.upstream.discover())
-        return Reply(200, _dumps(lister.models_body(names)))
+        return Reply(200, dump_bytes(lister.models_body(names)))
 
     async def _probe(self, request: Request, route: routes.Route, binding, data: None) -> Reply:
-        body = b"" if request.method == "HEAD" else _dumps({"status": "ok", "service": "tracetap-gateway"})
+        body = b"" if request.method == "HEAD" else dump_bytes({"status": "ok", "service": "tracetap-gateway"})
         return Reply(200, body)
 
     async def _close(self, request: Request, route: routes.Route, binding, data: None) -> Reply:
@@ -218,7 +229,7 @@ class GatewayService:
             raise Reject(404, f"no session {sid!r} in this store", "not_found")
         await asyncio.to_thread(self.writer.close_session, sid)
         self.registered.discard(sid)
-        return Reply(200, _dumps({"session_id": sid, "status": "closed"}))
+        return Reply(200, dump_bytes({"session_id": sid, "status": "closed"}))
 
     async def _not_found(self, request: Request, route: routes.Route, binding, data: None) -> Reply:
         path = split_prefix(request.path)[1]
@@ -237,7 +248,7 @@ class GatewayService:
 def error_reply(api: str, status: int, message: str, kind: str) -> Reply:
     """An error in the caller's API shape (OpenAI's when that API has no adapter yet)."""
     adapter = ADAPTERS.get(api) or ADAPTERS[FALLBACK_API]
-    return Reply(status, _dumps(adapter.error_body(status, message, kind)))
+    return Reply(status, dump_bytes(adapter.error_body(status, message, kind)))
 
 
 def _adapter(api: str):
@@ -253,5 +264,11 @@ def _translate(adapter, data: dict, ctx: RequestContext) -> dict:
         raise Reject(exc.status, str(exc), exc.kind) from None
 
 
-def _dumps(value: object) -> bytes:
-    return json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode()
+def _answered(call: Call, result: UpstreamResult) -> None:
+    """What the upstream's answer tells the record; problems make the call `degraded`."""
+    call.chat_request, call.capture, call.upstream_ms = result.request, result.capture, result.ms
+    call.served_model = result.body.get("model") or call.served_model
+    call.metadata = result.metadata
+    if result.capture.problems:
+        call.status, call.error = "degraded", "; ".join(result.capture.problems)
+
