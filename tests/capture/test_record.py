@@ -86,3 +86,15 @@ def test_rows_store_and_read_back(tmp_path):
     n = len(top2.completion_token_ids)
     assert rows == [(0, "ok", n, n, 2, top2.top_logprobs[0][0]["token"], []),
                     (1, "timeout", None, None, None, None, None)]
+
+
+def test_text_without_utf8_form_is_stored_escaped_never_dropped(tmp_path):
+    call = ok_call(request_body={"model": "m", "user": "a\ud800b"}, requested_model="m\udfff",
+                   error="bad \ud800", status="degraded", upstream_ms=1.0)
+    call.capture.tool_calls = [{"id": "t", "name": "Bash", "arguments": '{"cmd": "\udc80"}'}]
+    with StoreWriter(tmp_path) as writer:
+        writer.record_completion(build_row(call))
+    [(request, model, error, calls)] = connect(tmp_path).sql(
+        "SELECT request_json, requested_model, error, tool_calls FROM completions").fetchall()
+    assert json.loads(request)["user"] == "a\ud800b"  # the JSON escape reads back to the same string
+    assert (model, error, calls[0]["arguments"]) == ("m\\udfff", "bad \\ud800", '{"cmd": "\\udc80"}')
