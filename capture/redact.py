@@ -5,7 +5,7 @@
   separators removed, so `accessToken`, `access-token` and `ACCESS_TOKEN` are one name;
 - `{"name": "Authorization", "value": "..."}` pairs (header lists) get their value masked;
 - in every string, URL credentials (`scheme://user:pass@host` -> `scheme://user:[redacted]@host`)
-  and secret query parameters (`?token=...`) are masked.
+  and secret query parameters (`?token=...`, also `&sig=` or `;auth=` after a `?`) are masked.
 Two places look like secrets and are not: the field names of a JSON schema (`properties`), which
 describe a tool's parameters, and the sampled `token` text of a logprob entry.
 The walk is iterative, so no nesting depth can exhaust the stack. Redaction is idempotent.
@@ -13,6 +13,7 @@ The walk is iterative, so no nesting depth can exhaust the stack. Redaction is i
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Iterable
 
@@ -26,13 +27,17 @@ SECRET_SUFFIXES = ("apikey", "secret", "password", "passwd", "token", "credentia
 _SCHEMA_NAMES = "properties"  # its keys name a schema's fields; their values are schemas, not secrets
 _LOGPROB_FIELDS = frozenset({"logprob", "logprobability"})  # an entry's `token` is sampled text
 _PAIR_NAMES = ("name", "key")
-_URL_CREDENTIALS = re.compile(r"(?P<head>\b[a-zA-Z][a-zA-Z0-9+.-]*://[^\s:/@?#]*):(?P<secret>[^\s@/?#]+)@")
+_URL_CREDENTIALS = re.compile(r"(?P<head>://[^\s:/@?#]*):(?P<secret>[^\s@/?#]+)@")  # literal start: fast scan
 _QUERY_PARAM = re.compile(r"(?P<head>[?&;](?P<name>[A-Za-z0-9_.\-]+)=)(?P<value>[^&#;\s\"']*)")
 
 
+_SEPARATORS = re.compile(r"[^a-z0-9]")
+
+
+@functools.lru_cache(maxsize=4096)  # bodies repeat the same few keys on every call
 def normalize_key(key: object) -> str:
     """A key name without case and separators: `accessToken` == `access-token` == `ACCESS_TOKEN`."""
-    return re.sub(r"[^a-z0-9]", "", str(key).lower())
+    return _SEPARATORS.sub("", str(key).lower())
 
 
 class Redactor:
@@ -65,8 +70,9 @@ class Redactor:
         """A string with URL credentials and secret query parameters masked."""
         if "://" in text:
             text = _URL_CREDENTIALS.sub(lambda m: f"{m['head']}:{MASK}@", text)
-        if "=" in text:
-            text = _QUERY_PARAM.sub(self._query_param, text)
+        start = text.find("?")
+        if start >= 0 and "=" in text:  # parameters follow a `?`: the scan starts there
+            text = text[:start] + _QUERY_PARAM.sub(self._query_param, text[start:])
         return text
 
     def _masked_object(self, item: dict, names_fields: bool, pending: list) -> dict:
