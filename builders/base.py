@@ -79,7 +79,7 @@ class SessionInput:
 
 
 def prepare(completions: list[dict], session: dict | None = None) -> SessionInput:
-    """Sort by seq, keep ok rows, split off those without ids, judge trainability."""
+    """Sort by seq, keep ok rows (never `degraded` ones), split off those without ids, judge trainability."""
     rows = sorted(completions, key=lambda row: row["seq"])
     calls, unusable = [], []
     for row in rows:
@@ -146,6 +146,7 @@ def base_stats(builder: str, data: SessionInput) -> dict:
         "completions": len(data.rows),
         "completions_ok": len(data.calls) + len(data.unusable),
         "completions_without_ids": len(data.unusable),
+        "completions_degraded": sum(row.get("status") == "degraded" for row in data.rows),
         "trainable": not data.reasons,
         "not_trainable_reasons": data.reasons,
     }

@@ -53,6 +53,7 @@ class BuildSummary:
     drift_tokens: int = 0
     drift_tokens_by_kind: Counter = field(default_factory=Counter)
     retries: int = 0
+    degraded: int = 0  # completions the upstream answered without training data (never in a trace)
     not_trainable: list[str] = field(default_factory=list)
     session_stats: dict[str, dict] = field(default_factory=dict)
 
@@ -65,6 +66,7 @@ class BuildSummary:
         self.drift_tokens += stats.get("drift_tokens", 0)
         self.drift_tokens_by_kind.update(stats.get("drift_tokens_by_kind", {}))
         self.retries += stats.get("retries", 0)
+        self.degraded += stats.get("completions_degraded", 0)
         if not stats["trainable"]:
             self.not_trainable.append(session_id)
         self.session_stats[session_id] = stats
@@ -73,7 +75,7 @@ class BuildSummary:
         return {"builder": self.builder, "sessions": self.sessions, "traces": self.traces,
                 "chains": self.chains, "segments": self.segments, "break_reasons": dict(self.break_reasons),
                 "drift_tokens": self.drift_tokens, "drift_tokens_by_kind": dict(self.drift_tokens_by_kind),
-                "retries": self.retries,
+                "retries": self.retries, "degraded": self.degraded,
                 "not_trainable": self.not_trainable, "session_stats": self.session_stats}
 
 

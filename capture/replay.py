@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pyarrow as pa
+from tracetap.capture.record import ANSWERED
 from tracetap.capture.replay_match import canonical, check_ignore_path, closest, match_key
 from tracetap.capture.sessions import DEFAULT_SESSION
 from tracetap.capture.upstream import (
@@ -230,7 +231,7 @@ def replayed(row: dict, sent: dict, ms: float, key: str) -> UpstreamResult:
     """A recorded completion as the upstream's answer to `sent` (or its recorded failure, raised)."""
     origin = {"session_id": row["session_id"], "completion_id": row["completion_id"]}
     metadata = {"capture_mode": "replay", "replay_of": origin, "replay_key": key}
-    if row["status"] != "ok":
+    if row["status"] not in ANSWERED:
         raise recorded_failure(row, sent, metadata)
     body = chat_body(row)
     created = int(row["created_at"].timestamp()) if row["created_at"] else 0

@@ -11,7 +11,9 @@ import pyarrow as pa
 SCHEMA_VERSION = 1
 
 API_NAMES = ("openai_chat", "anthropic_messages", "openai_responses", "gemini")
-COMPLETION_STATUSES = ("ok", "upstream_error", "timeout", "client_error")
+# degraded: the upstream answered (the harness got it) but not with training data: no token ids,
+# logprobs that do not line up, no choices, a stream where JSON was asked for; `error` says which
+COMPLETION_STATUSES = ("ok", "degraded", "upstream_error", "timeout", "client_error")
 # calls the gateway answers without recording a completion, counted per session in `sessions`
 UNRECORDED_KINDS = ("probe", "models", "count_tokens", "client_error", "server_error")
 
@@ -37,7 +39,7 @@ COMPLETIONS = pa.schema([
     _f("served_model", pa.string(), "model name the upstream served"),
     _f("status", pa.string(), "outcome: " + " | ".join(COMPLETION_STATUSES), False),
     _f("http_status", pa.int32(), "HTTP status returned to the harness"),
-    _f("error", pa.string(), "error message for failed calls"),
+    _f("error", pa.string(), "error message for failed calls; for degraded ones, what the answer lacks"),
     _f("request_json", pa.string(), "the harness's request body, secrets removed"),
     _f("chat_request_json", pa.string(), "normalized Chat Completions request as sent upstream"),
     _f("chat_response_json", pa.string(), "upstream response body without the token arrays"),

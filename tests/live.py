@@ -14,7 +14,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -137,12 +137,17 @@ def settled_snapshot(store: Path, timeout: float = 10.0) -> dict[str, str]:
     raise AssertionError(f"the store at {store} kept changing for {timeout} s")
 
 
+Answer = Callable[[dict], tuple[int, bytes, dict[str, str]]]  # request body -> (status, body, headers)
+
+
 @dataclass
 class Plan:
-    """How the stub answers one session: a fixture's body and status, after `delay` seconds."""
+    """How the stub answers one session: a fixture's body and status, after `delay` seconds; or, with
+    `answer`, whatever that function makes of the request (a misbehaving upstream)."""
 
     fixture: str = "chat_basic"
     delay: float = 0.0
+    answer: Answer | None = None
 
 
 @dataclass
@@ -203,15 +208,21 @@ def _stub_handler(stub: StubUpstream) -> type[BaseHTTPRequestHandler]:
             stub.requests.append((headers, body))
             plan = stub.plan_for(headers.get("x-tracetap-session"))
             time.sleep(plan.delay)
+            if plan.answer is not None:
+                status, payload, extra = plan.answer(body)
+                return self._send(status, payload, extra.get("content-type", "application/json"), extra)
             self._send_fixture(plan.fixture)
 
         def _send_fixture(self, name: str) -> None:
             self._send(INDEX[name]["status"], fixture_body(name), INDEX[name]["content_type"])
 
-        def _send(self, status: int, payload: bytes, content_type: str) -> None:
+        def _send(self, status: int, payload: bytes, content_type: str, extra: dict | None = None) -> None:
             try:
                 self.send_response(status)
                 self.send_header("content-type", content_type)
+                for name, value in (extra or {}).items():
+                    if name != "content-type":
+                        self.send_header(name, value)
                 self.send_header("content-length", str(len(payload)))
                 self.end_headers()
                 self.wfile.write(payload)

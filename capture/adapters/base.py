@@ -15,8 +15,9 @@ tool_calls}`, `finish_reason`, `stop_reason`, `usage`); streams are synthesized 
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
+
+from tracetap.capture.jsontext import dumps, escape_surrogates
 
 
 class AdapterError(ValueError):
@@ -62,9 +63,9 @@ def request_body(ctx: RequestContext) -> dict:
 
 def sse_frame(data: dict | str, event: str | None = None) -> bytes:
     """One SSE frame: optional `event:` line, one single-line `data:` line, blank line."""
-    payload = data if isinstance(data, str) else json.dumps(data, separators=(",", ":"), ensure_ascii=False)
+    payload = data if isinstance(data, str) else dumps(data)
     head = f"event: {event}\n" if event else ""
-    return f"{head}data: {payload}\n\n".encode()
+    return escape_surrogates(f"{head}data: {payload}\n\n").encode()
 
 
 def first_choice(chat: dict) -> dict:

@@ -1,8 +1,9 @@
 """OpenAI Chat Completions <-> the upstream's Chat Completions: a checked, normalized pass-through.
 
 Requests: types are checked (a clear 400 instead of an upstream pydantic dump), `developer` becomes
-`system`, `max_completion_tokens` becomes `max_tokens`, OpenAI-only keys an engine rejects are
-dropped, and the model becomes the served one. Responses: the upstream body with the harness's own
+`system`, `max_completion_tokens` becomes `max_tokens`, only the fields the upstream API defines are
+forwarded (chat_fields.py: never an `api_key` or SDK `extra_headers`), and the model becomes the
+served one. Responses: the upstream body with the harness's own
 model name and without token arrays; streams are replayed as chunks (protocols.md §4.1).
 """
 
@@ -18,13 +19,10 @@ from tracetap.capture.adapters.base import (
     request_body,
     sse_frame,
 )
+from tracetap.capture.adapters.chat_fields import forwarded
 
 API = "openai_chat"
 ROLES = {"system", "developer", "user", "assistant", "tool", "function"}
-# OpenAI platform features no engine serves; vLLM rejects or ignores them.
-DROPPED_KEYS = {"store", "metadata", "user", "service_tier", "prompt_cache_key", "safety_identifier",
-                "include", "truncation", "prediction", "modalities", "audio", "web_search_options",
-                "verbosity", "max_completion_tokens"}
 _TYPES = {  # key -> (accepted types, description)
     "model": ((str,), "a string"),
     "stream": ((bool,), "a boolean"),
@@ -62,7 +60,7 @@ def to_chat_request(body: dict, ctx: RequestContext) -> dict:
     _check_messages(body.get("messages"))
     if body.get("n") not in (None, 1):
         raise AdapterError("n other than 1 is not supported: the gateway records one completion per call")
-    chat = {k: v for k, v in body.items() if k not in DROPPED_KEYS}  # shared values are never mutated
+    chat = forwarded(body)  # shared values are never mutated
     chat["messages"] = [_normalize_message(m) for m in chat["messages"]]
     if "max_tokens" not in chat and "max_completion_tokens" in body:
         chat["max_tokens"] = body["max_completion_tokens"]

@@ -23,6 +23,7 @@ def _summary_lines(summary: dict) -> list[str]:
         f"breaks          {sum(summary['break_reasons'].values())}" + (f" ({breaks})" if breaks else ""),
         f"retries         {summary['retries']}",
         f"drift tokens    {summary['drift_tokens']}" + _by_kind(summary["drift_tokens_by_kind"]),
+        f"degraded calls  {summary['degraded']} (answered without training data, left out)",
         f"not trainable   {len(not_trainable)}" + (f" ({', '.join(not_trainable)})" if not_trainable else ""),
     ]
 
