@@ -26,8 +26,8 @@ from tracetap.capture.adapters import ADAPTERS
 from tracetap.capture.adapters.base import AdapterError, RequestContext
 from tracetap.capture.jsontext import dump_bytes
 from tracetap.capture.record import Call, build_row, display_path
-from tracetap.capture.registration import RegistrationError, parse_registration
 from tracetap.capture.redact import DEFAULT, Redactor
+from tracetap.capture.registration import RegistrationError, parse_registration
 from tracetap.capture.sessions import SessionError, bind, labels, split_prefix
 from tracetap.capture.upstream import NO_CHOICES, UpstreamClient, UpstreamError, UpstreamResult
 from tracetap.store.paths import InvalidSessionId, session_dir, validate_session_id
@@ -267,8 +267,8 @@ class GatewayService:
         row = await asyncio.to_thread(self.writer.register_session, given.session_id, given.task_id,
                                       given.harness, given.metadata)
         self.registered.add(given.session_id)
-        return Reply(200, _dumps({"session_id": given.session_id, "task_id": row["task_id"],
-                                  "harness": row["harness"], "status": row["status"]}))
+        return Reply(200, dump_bytes({"session_id": given.session_id, "task_id": row["task_id"],
+                                      "harness": row["harness"], "status": row["status"]}))
 
     async def _not_found(self, request: Request, route: routes.Route, binding, data: None) -> Reply:
         path = split_prefix(request.path)[1]
