@@ -22,6 +22,7 @@ from tracetap.capture import detect as routes
 from tracetap.capture.adapters import ADAPTERS
 from tracetap.capture.adapters.base import AdapterError, RequestContext
 from tracetap.capture.record import Call, build_row, display_path
+from tracetap.capture.registration import RegistrationError, parse_registration
 from tracetap.capture.sessions import SessionError, bind, harness_ids, labels, split_prefix
 from tracetap.capture.upstream import UpstreamClient, UpstreamError
 from tracetap.store.paths import InvalidSessionId, session_dir, validate_session_id
@@ -111,7 +112,8 @@ class GatewayService:
     def _handlers(self) -> dict:
         return {routes.GENERATE: self._generate, routes.COUNT_TOKENS: self._count_tokens,
                 routes.MODELS: self._models, routes.PROBE: self._probe,
-                routes.SESSION_CLOSE: self._close, routes.NOT_FOUND: self._not_found}
+                routes.SESSION_CLOSE: self._close, routes.SESSION_REGISTER: self._register,
+                routes.NOT_FOUND: self._not_found}
 
     def _body(self, request: Request, route: routes.Route) -> dict | None:
         if len(request.body) > self.max_body:
@@ -220,6 +222,18 @@ class GatewayService:
         await asyncio.to_thread(self.writer.close_session, sid)
         self.registered.discard(sid)
         return Reply(200, _dumps({"session_id": sid, "status": "closed"}))
+
+    async def _register(self, request: Request, route: routes.Route, binding, data: None) -> Reply:
+        """Name a session's task and harness before its harness runs; its id then binds as an API key."""
+        try:
+            given = parse_registration(request.body)
+        except RegistrationError as exc:
+            raise Reject(exc.status, str(exc)) from None
+        row = await asyncio.to_thread(self.writer.register_session, given.session_id, given.task_id,
+                                      given.harness, given.metadata)
+        self.registered.add(given.session_id)
+        return Reply(200, _dumps({"session_id": given.session_id, "task_id": row["task_id"],
+                                  "harness": row["harness"], "status": row["status"]}))
 
     async def _not_found(self, request: Request, route: routes.Route, binding, data: None) -> Reply:
         path = split_prefix(request.path)[1]

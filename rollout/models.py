@@ -161,6 +161,7 @@ class SessionResult(_Strict):
     node_id: str | None = None
     error: str | None = None
     logs: dict[str, str] = Field(default_factory=dict)  # name -> path of a log file
+    timeline: dict[str, float] = Field(default_factory=dict)  # stage event -> unix time (queued, init_start, ...)
     finished_at: datetime | None = None
 
 

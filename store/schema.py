@@ -92,7 +92,7 @@ TRAJECTORIES = pa.schema([
     _f("finish_reason", pa.string(), "finish reason of the last merged completion"),
     _f("break_reason", pa.string(), "why this segment started (null for the first)"),
     _f("status", pa.string(), "ok | not_trainable | error"),
-    _f("reward", pa.float64(), "reward joined at export time (null in the store)"),
+    _f("reward", pa.float64(), "reward joined by a rollout (null in the store otherwise; exports join it)"),
     _f("metadata_json", pa.string(), "reconstruction stats and provenance"),
 ])
 

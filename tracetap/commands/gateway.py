@@ -120,5 +120,6 @@ def _announce(host: str, port: int, store: Path, upstream: str, kind: str, repla
     click.echo(f"  OpenAI Chat / Responses base URL: {root}/v1")
     click.echo(f"  Anthropic base URL:               {root}")
     click.echo(f"  Gemini base URL:                  {root}")
+    click.echo(f"  register a session: POST {root}/sessions  {{session_id, task_id, harness, metadata}}")
     click.echo(f"  close a session: POST {root}/sessions/<id>/close")
     announce(host, port)
