@@ -29,5 +29,8 @@ class QwenCode(CliHarness):
         flags = ["--auth-type", "openai", "--yolo"]
         return flags + (["--max-session-turns", str(settings.max_turns)] if settings.max_turns else [])
 
+    def prompt_args(self, instruction: str) -> list[str]:
+        return [f"--prompt={instruction}"]  # it reads no positional prompt after `--`
+
     def shell_arguments(self, command: str) -> dict[str, Any]:
         return {"command": command, "is_background": False}
