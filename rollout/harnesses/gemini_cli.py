@@ -24,6 +24,7 @@ class GeminiCli(CliHarness):
     log_file = "gemini-cli.txt"
     supports = frozenset({"max_turns", "extra_flags"})
     default_model = "gemini-2.5-flash"  # the CLI checks model names against its own list
+    transcripts = "$HOME/.gemini/tmp"
 
     def files(self, ctx: HarnessContext) -> dict[str, str]:
         model: dict[str, Any] = {"name": self.model(ctx)}

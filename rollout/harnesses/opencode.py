@@ -1,9 +1,10 @@
 """`opencode`: opencode (`opencode run`), Chat Completions through the gateway.
 
-`~/.config/opencode/opencode.json` defines a `tracetap` provider at the session's base URL with the
-session id as its key, pins `model` and `small_model` (titles, summaries) to the task's model, and allows
-every tool. opencode sends its own `x-session-id`; the session id as API key wins (DESIGN §4) and its id
-is kept as call metadata. Settings: reasoning_effort (`--variant`), extra_flags.
+`~/.config/opencode/opencode.json` defines a `tracetap` provider at `$OPENAI_BASE_URL` with
+`$OPENAI_API_KEY` as its key (the gateway env: the session's base URL and id), pins `model` and
+`small_model` (titles, summaries) to the task's model, and allows every tool. opencode sends its own
+`x-session-id`; the session id as API key wins (DESIGN §4) and its id is kept as call metadata.
+Settings: reasoning_effort (`--variant`), extra_flags.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from tracetap.rollout.harnesses.base import HarnessContext, session_base_url
+from tracetap.rollout.harnesses.base import HarnessContext
 from tracetap.rollout.harnesses.cli import CliHarness
 from tracetap.rollout.harnesses.settings import CliSettings
 
@@ -28,12 +29,12 @@ class Opencode(CliHarness):
     shell_tool = "bash"
     log_file = "opencode.txt"
     supports = frozenset({"reasoning_effort", "extra_flags"})
-    transcripts = "$HOME/.local/share/opencode/storage"
+    transcripts = "$HOME/.local/share/opencode/log"
 
     def files(self, ctx: HarnessContext) -> dict[str, str]:
         model = self.model(ctx)
         provider = {"npm": "@ai-sdk/openai-compatible", "name": "tracetap gateway",
-                    "options": {"baseURL": f"{session_base_url(ctx)}/v1", "apiKey": ctx.session_id},
+                    "options": {"baseURL": "{env:OPENAI_BASE_URL}", "apiKey": "{env:OPENAI_API_KEY}"},
                     "models": {model: {}}}
         config = {"$schema": "https://opencode.ai/config.json", "provider": {PROVIDER: provider},
                   "model": f"{PROVIDER}/{model}", "small_model": f"{PROVIDER}/{model}",

@@ -21,6 +21,7 @@ class QwenCode(CliHarness):
     shell_tool = "run_shell_command"
     log_file = "qwen-code.txt"
     supports = frozenset({"max_turns", "extra_flags"})
+    transcripts = "$HOME/.qwen/projects"
 
     def cli_env(self, ctx: HarnessContext) -> dict[str, str]:
         return {"OPENAI_MODEL": self.model(ctx), "QWEN_CODE_SUPPRESS_YOLO_WARNING": "1"}
