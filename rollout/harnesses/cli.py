@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import shlex
 from abc import ABC, abstractmethod
+from collections.abc import Mapping
 from typing import Any
 
 from tracetap.rollout.harnesses.base import HarnessContext, Step
@@ -38,7 +39,11 @@ class CliHarness(ABC):
         return ctx.model_name or self.default_model
 
     def settings(self, ctx: HarnessContext) -> CliSettings:
-        return parse_settings(self.name, ctx.settings, self.supports)
+        return self.check_settings(ctx.settings)
+
+    def check_settings(self, settings: Mapping[str, Any]) -> CliSettings:
+        """Raises ValueError naming a setting this CLI cannot honour or a mistyped one."""
+        return parse_settings(self.name, settings, self.supports)
 
     def files(self, ctx: HarnessContext) -> dict[str, str]:
         return {}

@@ -17,6 +17,7 @@ import tomllib
 from pathlib import Path
 
 import pytest
+from pydantic import ValidationError
 from tracetap.engine.script import Script
 from tracetap.rollout.harnesses import ALIASES, CLI_HARNESSES, cli_harness, npm
 from tracetap.rollout.harnesses.base import HarnessContext, gateway_env
@@ -113,6 +114,11 @@ def test_gemini_max_turns_goes_to_its_settings_file(tmp_path):
 def test_a_setting_the_cli_cannot_honour_is_an_error(name, settings, message, tmp_path):
     with pytest.raises(ValueError, match=message):
         CLI_HARNESSES[name].run_steps(context(tmp_path, **settings))
+
+
+def test_a_task_asking_for_an_unsupported_setting_is_refused_at_submit():
+    with pytest.raises(ValidationError, match=r"agent\n.*max_turns is not supported by codex"):
+        TaskRequest(task_id="t", instruction="x", agent={"harness": "codex", "settings": {"max_turns": 3}})
 
 
 def test_presets_are_registered_for_tasks_and_old_names_still_resolve():
