@@ -28,7 +28,8 @@ from tracetap.rollout.harnesses import HARNESSES
 from tracetap.rollout.harnesses.base import HarnessContext, Step, gateway_env
 from tracetap.rollout.models import PrepareAction, SessionContext, SessionResult, SessionStatus
 from tracetap.rollout.node_api import NodeStats
-from tracetap.rollout.runtimes import create_runtime
+from tracetap.rollout.runtimes import RuntimeUnavailable, create_runtime
+from tracetap.rollout.runtimes.base import ExecResult
 from tracetap.rollout.session_run import SessionRun, Stage, StageFailure
 from tracetap.store.paths import validate_session_id
 
@@ -95,11 +96,13 @@ class GatewayNode:
         return self.gateway.url
 
     async def run_session(self, session: SessionContext) -> SessionResult:
+        """Queue the session and return its result once it has ended. Cancelling this await does not end
+        the session (use `cancel`): a caller that went away must not leave half-torn-down processes."""
         sid = validate_session_id(session.session_id)
+        await self.start()
         if sid in self._seen:
             raise KeyError(f"session {sid} is already known to node {self.id}")
         self._seen.add(sid)
-        await self.start()
         run = SessionRun(session, asyncio.get_running_loop().create_future())
         run.mark("queued")
         self._live[sid] = run
@@ -196,7 +199,10 @@ class GatewayNode:
     async def _prepare(self, run: SessionRun) -> None:
         """Create and start the runtime, register the session with the gateway, run the prepare actions."""
         task = run.task
-        run.runtime = create_runtime(task.runtime, self.sessions_root, run.session_id)
+        try:
+            run.runtime = create_runtime(task.runtime, self.sessions_root, run.session_id)
+        except RuntimeUnavailable as exc:
+            raise StageFailure(SessionStatus.ERROR, str(exc)) from None
         await run.runtime.start()
         run.harness_ctx = HarnessContext(
             session_id=run.session_id, task_id=task.task_id, instruction=task.instruction,
@@ -216,7 +222,10 @@ class GatewayNode:
 
     async def _prepare_action(self, run: SessionRun, number: int, action: PrepareAction) -> None:
         if action.type != "exec":
-            await run.runtime.upload(Path(action.source), action.target)
+            try:
+                await run.runtime.upload(Path(action.source), action.target)
+            except (OSError, ValueError) as exc:  # a missing source, a target outside the session
+                raise StageFailure(SessionStatus.ERROR, f"prepare step {number}: {exc}") from None
             return
         result = await run.runtime.exec(action.command, env={**self._runtime_env(run), **action.env},
                                         log_name=f"prepare.{number:02d}", cwd=action.cwd, timeout=run.remaining())
@@ -254,19 +263,18 @@ class GatewayNode:
         for target, text in harness.files(run.harness_ctx).items():
             await run.runtime.write_text(target, text)
         for step in harness.run_steps(run.harness_ctx):
-            if not await self._step(run, step, run.remaining()):
+            result = await self._step(run, step, run.remaining())
+            if result.timed_out:
+                run.verdict, run.error = SessionStatus.TIMEOUT, f"step {step.name} ran out of the time budget"
+                return
+            if result.returncode != 0:
+                run.verdict = SessionStatus.ERROR
+                run.error = f"step {step.name} exited with {result.returncode} (see {result.stderr_path})"
                 return
 
-    async def _step(self, run: SessionRun, step: Step, timeout: float) -> bool:
-        """Run one harness step; False (with the verdict set) when it timed out or failed."""
-        result = await run.runtime.exec(step.command, env={**self._agent_env(run), **step.env},
-                                        log_name=f"agent/{step.name}", cwd=step.cwd, timeout=timeout)
-        if result.timed_out:
-            run.verdict, run.error = SessionStatus.TIMEOUT, f"step {step.name} ran out of the time budget"
-        elif result.returncode != 0:
-            run.verdict = SessionStatus.ERROR
-            run.error = f"step {step.name} exited with {result.returncode} (see {result.stderr_path})"
-        return not result.timed_out and result.returncode == 0
+    async def _step(self, run: SessionRun, step: Step, timeout: float) -> ExecResult:
+        return await run.runtime.exec(step.command, env={**self._agent_env(run), **step.env},
+                                      log_name=f"agent/{step.name}", cwd=step.cwd, timeout=timeout)
 
     # -- POSTRUN -----------------------------------------------------------------------------------
 
@@ -286,8 +294,11 @@ class GatewayNode:
         """Post-run steps, end every process, close, build, evaluate, join: in that order, so nothing
         changes the workspace while it is scored."""
         harness = HARNESSES[run.task.agent.harness]
-        for step in harness.postrun_steps(run.harness_ctx):
-            await self._step(run, step, max(0.0, deadline - asyncio.get_running_loop().time()))
+        for step in harness.postrun_steps(run.harness_ctx):  # e.g. copying transcripts: never the verdict
+            result = await self._step(run, step, max(0.0, deadline - asyncio.get_running_loop().time()))
+            if result.returncode != 0:
+                logger.warning("session %s: post-run step %s exited with %s", run.session_id, step.name,
+                               result.returncode)
         await run.runtime.teardown()
         has_calls = await self.gateway.close_session(run.session_id)
         if has_calls:

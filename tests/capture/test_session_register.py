@@ -58,10 +58,9 @@ BAD_BODIES = [
 ]
 
 
-@pytest.mark.parametrize(("body", "status", "message"), BAD_BODIES)
-def test_bad_registrations_are_refused_and_write_nothing(gw, body, status, message):
+def test_bad_registrations_are_refused_and_write_nothing(gw):
     before = live.settled_snapshot(gw.store)
-    reply = httpx.post(f"{gw.url}/sessions", content=body, headers={"content-type": "application/json"})
-    assert reply.status_code == status
-    assert message in reply.json()["error"]["message"]
+    for body, status, message in BAD_BODIES:
+        reply = httpx.post(f"{gw.url}/sessions", content=body, headers={"content-type": "application/json"})
+        assert (reply.status_code, message in reply.json()["error"]["message"]) == (status, True), body
     assert live.settled_snapshot(gw.store) == before

@@ -8,12 +8,11 @@ import subprocess
 import time
 from pathlib import Path
 
-import live
 import pytest
 from click.testing import CliRunner
 from conftest import DEMO, PYTHON, run, samples, task
 from tracetap.rollout.models import SessionStatus
-from tracetap.rollout.node import GatewayNode, NodeConfig
+from tracetap.rollout.node import GatewayNode, NodeClosed, NodeConfig
 from tracetap.rollout.runtimes.processes import is_alive
 from tracetap.store import connect
 
@@ -151,36 +150,42 @@ def pids_of(tmp_path: Path, sid: str, timeout: float = 20.0) -> list[int]:
     return [int(pid) for pid in path.read_text().split()]
 
 
-def test_cancel_a_running_and_a_ready_session(gw, tmp_path):
-    request = task(num_samples=2, timeout_seconds=120,
+def test_cancel_sessions_in_every_cancellable_stage(gw, tmp_path):
+    """One INIT and one RUN worker, four sessions: one runs, one is READY, one has prepared and waits for
+    the READY slot (still INIT), one is queued. Each cancel ends its session CANCELLED, nothing of it alive."""
+    request = task(num_samples=4, timeout_seconds=120,
                    agent={"harness": "shell", "settings": {"command": PID_RECORDER}})
-    running, waiting = samples(request)
+    contexts = samples(request)
     node = node_for(gw, tmp_path, init_workers=1, run_workers=1)  # one INIT worker: they start in order
+    wanted = [SessionStatus.RUNNING, SessionStatus.READY, SessionStatus.INITIALIZING, SessionStatus.REGISTERED]
 
     async def scenario():
-        futures = [asyncio.create_task(node.run_session(ctx)) for ctx in (running, waiting)]
-        pids = await asyncio.to_thread(pids_of, tmp_path, running.session_id)
-        while (await node.statuses()).get(waiting.session_id) != SessionStatus.READY:
+        futures = [asyncio.create_task(node.run_session(ctx)) for ctx in contexts]
+        pids = await asyncio.to_thread(pids_of, tmp_path, contexts[0].session_id)
+        while [(await node.statuses()).get(ctx.session_id) for ctx in contexts] != wanted:
             await asyncio.sleep(0.05)
-        assert await node.cancel(waiting.session_id)
-        assert await node.cancel(running.session_id)
-        assert not await node.cancel(running.session_id)  # already over
+        before = await node.stats()
+        for ctx in reversed(contexts):  # queued first, running last: nothing moves up meanwhile
+            assert await node.cancel(ctx.session_id)
+        assert not await node.cancel(contexts[0].session_id)  # already over
         results = await asyncio.gather(*futures)
-        stats = await node.stats()
+        after = await node.stats()
         await node.shutdown()
-        return pids, results, stats
+        return pids, results, before, after
 
-    pids, results, stats = run(scenario())
-    assert [r.status for r in results] == [SessionStatus.CANCELLED] * 2
+    pids, results, before, after = run(scenario())
+    assert [r.status for r in results] == [SessionStatus.CANCELLED] * 4
     assert not any(is_alive(pid) for pid in pids)
-    assert not (tmp_path / "sessions" / waiting.session_id / "artifacts" / "pids").exists()  # never ran
-    assert stats.total_sessions == 0
+    assert (before.run_inflight, before.ready_depth, before.init_inflight, before.init_queue_depth) == (1, 1, 1, 1)
+    for ctx in contexts[1:]:  # never ran its harness
+        assert not (tmp_path / "sessions" / ctx.session_id / "artifacts" / "pids").exists()
+    assert not (tmp_path / "sessions" / contexts[3].session_id).exists()  # never left the queue
+    assert after.total_sessions == 0
 
 
-def test_node_with_its_own_gateway(tmp_path):
-    script = live.write_script(tmp_path / "script.jsonl", [{"content": "hello"}])
+def test_node_with_its_own_gateway(tmp_path, stub_upstream):
     store = tmp_path / "store"
-    node = GatewayNode(NodeConfig(store=store, gateway_args=("--script", str(script))))
+    node = GatewayNode(NodeConfig(store=store, gateway_args=("--upstream", stub_upstream.url)))
     request = task(agent={"harness": "shell", "settings": {"command": TWO_CALLS}})
     [ctx] = samples(request)
 
@@ -196,3 +201,59 @@ def test_node_with_its_own_gateway(tmp_path):
     assert result.status is SessionStatus.COMPLETED and result.traces == 2
     assert process.process.poll() is not None  # the node stopped the gateway it started
     assert (tmp_path / "sessions" / ctx.session_id / "logs" / "agent" / "shell.stdout.log").exists()
+
+
+ONE_CALL_THEN_FAIL = (f"{PYTHON} -c 'from openai import OpenAI\n"
+                      "OpenAI(max_retries=0).chat.completions.create(model=\"m\", messages=[{\"role\": \"user\", "
+                      "\"content\": \"hi\"}])'\nexit 9")
+FAILURES = {  # task fields -> (status, words of the error)
+    "no command": ({"agent": {"harness": "shell"}}, SessionStatus.ERROR, "needs agent.settings.command"),
+    "bad max_turns": ({"agent": {"harness": "builtin", "settings": {"max_turns": 0}}}, SessionStatus.ERROR,
+                      "max_turns must be a positive integer"),
+    "prepare fails": ({"runtime": {"prepare": [{"type": "exec", "command": "exit 7"}]}}, SessionStatus.ERROR,
+                      "prepare step 0 exited with 7"),
+    "prepare too slow": ({"timeout_seconds": 1, "runtime": {"prepare": [{"type": "exec", "command": "sleep 30"}]}},
+                         SessionStatus.TIMEOUT, "time budget"),
+    "missing upload": ({"runtime": {"prepare": [{"type": "upload_file", "source": "/nonexistent/x", "target": "x"}]}},
+                       SessionStatus.ERROR, "does not exist"),
+    "container": ({"runtime": {"backend": "docker", "image": "python:3.12"}}, SessionStatus.ERROR,
+                  "not available yet"),
+    "harness fails": ({"agent": {"harness": "shell", "settings": {"command": ONE_CALL_THEN_FAIL}}},
+                      SessionStatus.ERROR, "step shell exited with 9"),
+}
+
+
+def test_failures_end_the_session_with_their_reason(gw, tmp_path):
+    contexts = {}
+    for name, (fields, _, _) in FAILURES.items():
+        request = task(**{"agent": {"harness": "shell", "settings": {"command": "true"}}, **fields})
+        contexts[name] = samples(request)[0]
+    node = node_for(gw, tmp_path, init_workers=4, run_workers=2)
+    results = dict(zip(contexts, run(run_all(node, contexts.values())), strict=True))
+
+    for name, (_, status, words) in FAILURES.items():
+        assert (results[name].status, words in (results[name].error or "")) == (status, True), results[name]
+    assert results["prepare too slow"].timeline["end"] - results["prepare too slow"].timeline["init_start"] < 10
+    failed = contexts["harness fails"].session_id
+    assert results["harness fails"].traces == 1  # what the harness did before failing is still built
+    [(metadata,)] = query(gw.store, "SELECT metadata_json FROM trajectories WHERE session_id = ?", [failed])
+    assert json.loads(metadata)["rollout"]["status"] == "ERROR"
+
+
+def test_shutdown_cancels_what_runs_and_refuses_new_sessions(gw, tmp_path):
+    request = task(agent={"harness": "shell", "settings": {"command": PID_RECORDER}})
+    [ctx] = samples(request)
+    node = node_for(gw, tmp_path)
+
+    async def scenario():
+        future = asyncio.create_task(node.run_session(ctx))
+        pids = await asyncio.to_thread(pids_of, tmp_path, ctx.session_id)
+        await node.shutdown()
+        await node.shutdown()  # idempotent
+        with pytest.raises(NodeClosed):
+            await node.run_session(samples(request)[0])
+        return pids, await future
+
+    pids, result = run(scenario())
+    assert result.status is SessionStatus.CANCELLED
+    assert not any(is_alive(pid) for pid in pids)
