@@ -58,6 +58,7 @@ class Call:
     upstream_body: dict | None = None
     upstream_ms: float | None = None
     labels: dict = field(default_factory=dict)  # task_id / policy_version named by the caller
+    harness_ids: dict = field(default_factory=dict)  # the harness's own session / sub-agent ids
     metadata: dict = field(default_factory=dict)  # from the upstream (a replay's capture_mode and source)
     created_at: datetime = field(default_factory=lambda: datetime.now(UTC))
     started: float = field(default_factory=time.perf_counter)
@@ -101,7 +102,8 @@ def _token_columns(capture: TokenCapture) -> dict:
 
 def _metadata(call: Call, capture_mode: str) -> dict:
     meta = {"capture_mode": capture_mode, "session_source": call.session_source,
-            "user_agent": call.user_agent, "harness": harness_hint(call.user_agent), **call.metadata}
+            "user_agent": call.user_agent, "harness": harness_hint(call.user_agent), **call.harness_ids,
+            **call.metadata}
     if call.capture is not None and call.capture.stop_reason is not None:
         meta["stop_reason"] = call.capture.stop_reason
     return {k: v for k, v in meta.items() if v is not None}

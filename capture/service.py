@@ -28,7 +28,7 @@ from tracetap.capture.jsontext import dump_bytes
 from tracetap.capture.record import Call, build_row, display_path
 from tracetap.capture.redact import DEFAULT, Redactor
 from tracetap.capture.registration import RegistrationError, parse_registration
-from tracetap.capture.sessions import SessionError, bind, labels, split_prefix
+from tracetap.capture.sessions import SessionError, bind, harness_ids, labels, split_prefix
 from tracetap.capture.upstream import NO_CHOICES, UpstreamClient, UpstreamError, UpstreamResult
 from tracetap.store.paths import InvalidSessionId, session_dir, validate_session_id
 
@@ -165,7 +165,8 @@ class GatewayService:
                     requested_model=ctx.requested_model, request_body=data, completion_id=ctx.completion_id,
                     user_agent=request.headers.get("user-agent"), session_source=binding.source,
                     served_model=ctx.served_model, chat_request=chat_request, labels=request.labels,
-                    created_at=request.created_at, started=request.received)
+                    harness_ids=harness_ids(request.headers), created_at=request.created_at,
+                    started=request.received)
         try:
             result = await self.upstream.chat(chat_request, binding.session_id)
         except UpstreamError as exc:

@@ -1,12 +1,17 @@
 """Bind every request to one session (DESIGN §4); first match wins.
 
+Ids tracetap assigned come before the ids a harness makes up for itself:
 1. path prefix `/s/{sid}/...` (the rest of the path is the provider path);
-2. header `x-tracetap-session` or `x-session-id`;
+2. header `x-tracetap-session`;
 3. query parameter `session_id`;
-4. the API key (`Authorization: Bearer`, `x-api-key`, `x-goog-api-key`, `?key=`): a registered session
-   id or a key starting with `sk-tap-` is the session id; any other key becomes `key-` + the first 16
-   hex digits of its sha256, so the key itself never reaches disk;
-5. nothing at all: the session `default`.
+4. an API key (`Authorization: Bearer`, `x-api-key`, `x-goog-api-key`, `?key=`) that is a registered
+   session id or starts with `sk-tap-`;
+5. header `x-session-id` (a harness's own id, opencode's `ses_...`);
+6. any other API key: `key-` + the first 16 hex digits of its sha256, so the key never reaches disk;
+7. nothing at all: the session `default`.
+
+A harness's own session and parent-session ids (`harness_ids`) are kept as call metadata whatever
+the binding: they name its sub-agent threads.
 
 Blank values count as none given. An explicit id that does not match the store's pattern is an
 error (a 400 in the caller's API shape), never silently replaced.
@@ -22,7 +27,8 @@ from urllib.parse import unquote
 from tracetap.store.paths import InvalidSessionId, validate_session_id
 
 DEFAULT_SESSION = "default"
-SESSION_HEADERS = ("x-tracetap-session", "x-session-id")
+SESSION_HEADER = "x-tracetap-session"
+HARNESS_SESSION_HEADER = "x-session-id"
 KEY_HEADERS = ("x-api-key", "x-goog-api-key")
 SESSION_KEY_PREFIX = "sk-tap-"
 PATH_PREFIX = "/s/"
@@ -40,7 +46,7 @@ class SessionError(ValueError):
 class Binding:
     session_id: str
     path: str    # the provider path, session prefix removed
-    source: str  # path | header | query | api_key | default
+    source: str  # path | header | query | api_key | harness_header | default
 
 
 def split_prefix(path: str) -> tuple[str | None, str]:
@@ -55,22 +61,24 @@ def bind(path: str, headers: Mapping[str, str], query: Mapping[str, str],
          registered: Container[str] = ()) -> Binding:
     """The session of one request; headers must be lower-cased. Raises SessionError."""
     sid, rest = split_prefix(path)
-    found = _explicit(sid, headers, query)
+    key = api_key(headers, query)
+    found = _assigned(sid, headers, query)
     if found:
         return Binding(_valid(found[0], rest), rest, found[1])
-    key = api_key(headers, query)
-    if key is None:
-        return Binding(DEFAULT_SESSION, rest, "default")
-    if key in registered or key.startswith(SESSION_KEY_PREFIX):
+    if key is not None and (key in registered or key.startswith(SESSION_KEY_PREFIX)):
         return Binding(_valid(key, rest, shown="the API key"), rest, "api_key")
-    return Binding(key_session_id(key), rest, "api_key")
+    own = headers.get(HARNESS_SESSION_HEADER)
+    if _given(own):
+        return Binding(_valid(own.strip(), rest), rest, "harness_header")
+    if key is not None:
+        return Binding(key_session_id(key), rest, "api_key")
+    return Binding(DEFAULT_SESSION, rest, "default")
 
 
-def _explicit(sid: str | None, headers: Mapping[str, str],
+def _assigned(sid: str | None, headers: Mapping[str, str],
               query: Mapping[str, str]) -> tuple[str, str] | None:
-    candidates = [(sid, "path")]
-    candidates += [(headers.get(name), "header") for name in SESSION_HEADERS]
-    candidates.append((query.get("session_id"), "query"))
+    """An id tracetap (or its caller) named on purpose: path prefix, our header, `?session_id`."""
+    candidates = [(sid, "path"), (headers.get(SESSION_HEADER), "header"), (query.get("session_id"), "query")]
     for value, source in candidates:
         if _given(value):
             return value.strip(), source
@@ -123,4 +131,27 @@ def labels(path: str, headers: Mapping[str, str], query: Mapping[str, str]) -> d
         if len(value) > MAX_LABEL or not value.isprintable():
             raise SessionError(f"{header} must be printable text of at most {MAX_LABEL} characters", path)
         found[name] = value
+    return found
+
+
+# metadata key -> the headers the CLIs send it in (recorded from real runs: opencode, Claude Code, Codex)
+HARNESS_ID_HEADERS = {
+    "harness_session_id": ("x-session-id", "x-claude-code-session-id", "session-id"),
+    "harness_parent_session_id": ("x-parent-session-id",),
+    "harness_thread_id": ("thread-id", "x-claude-code-agent-id"),
+    "harness_parent_thread_id": ("parent-thread-id", "x-claude-code-parent-agent-id"),
+}
+
+
+def harness_ids(headers: Mapping[str, str]) -> dict[str, str]:
+    """The harness's own session / sub-agent ids, for call metadata (they never pick the session).
+
+    A value that is not short printable text is left out: it only names a thread, so it must not fail
+    the call.
+    """
+    found = {}
+    for name, candidates in HARNESS_ID_HEADERS.items():
+        value = next((headers[h].strip() for h in candidates if _given(headers.get(h))), None)
+        if value and len(value) <= MAX_LABEL and value.isprintable():
+            found[name] = value
     return found

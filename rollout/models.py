@@ -94,6 +94,15 @@ class AgentSpec(_Strict):
             raise ValueError(f"unknown harness {name!r}; known: {', '.join(sorted(HARNESSES))}")
         return name
 
+    @model_validator(mode="after")
+    def _settings_honoured(self) -> AgentSpec:
+        """A CLI preset refuses a setting it cannot honour at submit time, not mid-rollout."""
+        from tracetap.rollout.harnesses import CLI_HARNESSES
+
+        if self.harness in CLI_HARNESSES:
+            CLI_HARNESSES[self.harness].check_settings(self.settings)
+        return self
+
 
 class EvaluatorSpec(_Strict):
     name: str

@@ -8,6 +8,7 @@ HTML report.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import shlex
 import shutil
@@ -19,6 +20,7 @@ from pathlib import Path
 
 from tracetap.agent import AgentRun, run_agent
 from tracetap.launch import start_gateway
+from tracetap.rollout.harnesses.npm import HarnessError
 
 TASK_ID = "fix-calc"
 TASK = "The tests in this project fail. Find the bug and fix it, then check that the tests pass."
@@ -93,25 +95,46 @@ def run_sessions(result: DemoResult, sessions: int, say: Callable[[str], None],
 
 
 def run_harness_sessions(result: DemoResult, sessions: int, say: Callable[[str], None], name: str) -> None:
-    """`--harness NAME`: the real CLI does the task one-shot; every session solves it."""
-    from tracetap import harnesses
+    """`--harness NAME`: the real CLI does the task as rollout sessions on a local node; each solves it."""
+    from tracetap.rollout.harnesses import cli_harness
+    from tracetap.rollout.harnesses.npm import require_binary
+    from tracetap.rollout.harnesses.script import GATEWAY_ARGS, write_script
 
-    preset = harnesses.HARNESSES[name]
-    binary = harnesses.require_binary(preset)
+    preset = cli_harness(name)
+    binary = require_binary(preset)
     test = shlex.join([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"])
-    script = harnesses.write_script(result.out_dir / "script.jsonl", preset, [test, HARNESS_FIX, test],
-                                    HARNESS_DONE)
-    with start_gateway(result.store, "--script", str(script), *harnesses.GATEWAY_ARGS) as gateway:
+    script = write_script(result.out_dir / "script.jsonl", preset, [test, HARNESS_FIX, test], HARNESS_DONE)
+    with start_gateway(result.store, "--script", str(script), *GATEWAY_ARGS) as gateway:
         say(f"gateway ready on {gateway.url} (embedded engine, scripted for {binary})")
-        for n in range(1, sessions + 1):
-            session_id = f"sk-tap-demo-{n}"
-            workspace = prepare_workspace(result.out_dir, session_id)
-            harnesses.check(harnesses.run_harness(preset, binary, gateway.url, session_id, TASK, workspace,
-                                                  result.out_dir / "homes" / session_id))
-            gateway.close_session(session_id)
-            run = recorded_run(result.store, session_id)
+        contexts = [harness_session(result.out_dir, preset.name, n) for n in range(1, sessions + 1)]
+        for ctx, ended in zip(contexts, asyncio.run(run_on_node(result, gateway.url, contexts)), strict=True):
+            if ended.status != "COMPLETED":
+                raise HarnessError(f"{ctx.session_id}: {name} ended {ended.status}: {ended.error}")
+            run = recorded_run(result.store, ctx.session_id)
             result.runs.append(run)
-            say(f"{session_id}: {name} made {run.turns} calls, tools: {', '.join(run.tool_calls)}")
+            say(f"{ctx.session_id}: {name} made {run.turns} calls, tools: {', '.join(run.tool_calls)}")
+
+
+def harness_session(out_dir: Path, harness: str, n: int):
+    """Sample n of the task: the CLI works in the demo's workspace for the session (the evaluator's)."""
+    from tracetap.rollout.models import SessionContext, TaskRequest
+
+    session_id = f"sk-tap-demo-{n}"
+    workspace = prepare_workspace(out_dir, session_id)
+    task = TaskRequest(task_id=TASK_ID, instruction=TASK, runtime={"workdir": str(workspace)},
+                       agent={"harness": harness})
+    return SessionContext(session_id=session_id, task=task, sample_index=n - 1)
+
+
+async def run_on_node(result: DemoResult, gateway_url: str, contexts: list) -> list:
+    from tracetap.rollout.node import GatewayNode, NodeConfig
+
+    node = GatewayNode(NodeConfig(store=result.store, sessions_root=result.out_dir / "sessions",
+                                  gateway_url=gateway_url, run_workers=1))
+    try:
+        return await asyncio.gather(*(node.run_session(ctx) for ctx in contexts))
+    finally:
+        await node.shutdown()
 
 
 def recorded_run(store_dir: Path, session_id: str) -> AgentRun:

@@ -89,6 +89,18 @@ def test_task_and_policy_version_labels_are_recorded(gw):
     assert session.fetchone() == ("fix-calc",)
 
 
+def test_rollout_key_wins_over_the_harness_session_header(gw):
+    """What opencode sends with `OPENAI_API_KEY=sk-tap-...`: its own `x-session-id` names a thread only."""
+    chat = client(gw, key="sk-tap-opencode-run", **{"x-session-id": "ses_child1",
+                                                    "x-parent-session-id": "ses_root1"})
+    chat.chat.completions.create(model="m", messages=FIRST_TURN, max_tokens=8)
+    (row,) = rows(gw, "session_id = 'sk-tap-opencode-run'")
+    meta = json.loads(row["metadata_json"])
+    assert (meta["session_source"], meta["harness_session_id"], meta["harness_parent_session_id"]) == (
+        "api_key", "ses_child1", "ses_root1")
+    assert rows(gw, "session_id LIKE 'ses_%'") == []
+
+
 def test_raw_stream_chunks(gw):
     chat = client(gw, key="sk-tap-raw-stream")
     chunks = list(chat.chat.completions.create(model="m", messages=FIRST_TURN, tools=TOOLS, stream=True,

@@ -1,11 +1,20 @@
-"""Session binding exactly as DESIGN.md §4: path prefix, headers, query, API key, default."""
+"""Session binding exactly as DESIGN.md §4: ids tracetap assigned (path prefix, header, query, `sk-tap-` or
+registered key) before a harness's own `x-session-id`, then any other key, then the default."""
 
 from __future__ import annotations
 
 import hashlib
 
 import pytest
-from tracetap.capture.sessions import DEFAULT_SESSION, Binding, SessionError, bind, key_session_id, labels
+from tracetap.capture.sessions import (
+    DEFAULT_SESSION,
+    Binding,
+    SessionError,
+    bind,
+    harness_ids,
+    key_session_id,
+    labels,
+)
 
 CHAT = "/v1/chat/completions"
 
@@ -20,8 +29,13 @@ def key_id(key: str) -> str:
     ("/s/run.2_x/", {}, {}, Binding("run.2_x", "/", "path")),
     (CHAT, {"x-tracetap-session": "h1", "x-session-id": "h2"}, {"session_id": "q"},
      Binding("h1", CHAT, "header")),
-    (CHAT, {"x-session-id": "h2", "authorization": "Bearer sk-tap-k"}, {}, Binding("h2", CHAT, "header")),
-    (CHAT, {"x-tracetap-session": "  ", "x-session-id": "h2"}, {}, Binding("h2", CHAT, "header")),
+    (CHAT, {"x-session-id": "ses_1", "authorization": "Bearer sk-tap-k"}, {}, Binding("sk-tap-k", CHAT, "api_key")),
+    (CHAT, {"x-session-id": "ses_1", "x-api-key": "sk-tap-x"}, {}, Binding("sk-tap-x", CHAT, "api_key")),
+    (CHAT, {"x-session-id": "ses_1"}, {"session_id": "q1"}, Binding("q1", CHAT, "query")),
+    ("/s/run-1/v1/chat/completions", {"x-session-id": "ses_1"}, {}, Binding("run-1", CHAT, "path")),
+    (CHAT, {"x-tracetap-session": "  ", "x-session-id": "h2"}, {}, Binding("h2", CHAT, "harness_header")),
+    (CHAT, {"x-session-id": "ses_1", "authorization": "Bearer some-secret"}, {},
+     Binding("ses_1", CHAT, "harness_header")),
     (CHAT, {"authorization": "Bearer sk-tap-k"}, {"session_id": "q1"}, Binding("q1", CHAT, "query")),
     (CHAT, {"authorization": "Bearer sk-tap-run-9"}, {}, Binding("sk-tap-run-9", CHAT, "api_key")),
     (CHAT, {"authorization": "Bearer some-secret"}, {}, Binding(key_id("some-secret"), CHAT, "api_key")),
@@ -41,6 +55,22 @@ def test_registered_key_is_the_session_id():
     headers = {"authorization": "Bearer my-run"}
     assert bind(CHAT, headers, {}, registered={"my-run"}) == Binding("my-run", CHAT, "api_key")
     assert bind(CHAT, headers, {}).session_id == key_id("my-run")
+    own = {**headers, "x-session-id": "ses_9"}
+    assert bind(CHAT, own, {}, registered={"my-run"}) == Binding("my-run", CHAT, "api_key")
+
+
+@pytest.mark.parametrize(("headers", "expected"), [
+    ({"x-session-id": "ses_child", "x-parent-session-id": "ses_root"},  # opencode, a sub-agent session
+     {"harness_session_id": "ses_child", "harness_parent_session_id": "ses_root"}),
+    ({"x-claude-code-session-id": "f78a", "x-claude-code-agent-id": "a1", "x-claude-code-parent-agent-id": "a0"},
+     {"harness_session_id": "f78a", "harness_thread_id": "a1", "harness_parent_thread_id": "a0"}),
+    ({"session-id": "01a2", "thread-id": "01a3", "parent-thread-id": "01a2"},  # codex
+     {"harness_session_id": "01a2", "harness_thread_id": "01a3", "harness_parent_thread_id": "01a2"}),
+    ({"x-session-id": "  ", "thread-id": "x" * 257, "session-id": "bad\nline"}, {}),
+    ({"authorization": "Bearer sk-tap-k"}, {}),
+])
+def test_harness_ids_name_its_threads(headers, expected):
+    assert harness_ids(headers) == expected
 
 
 def test_hashed_key_never_contains_the_key():

@@ -1,8 +1,9 @@
-"""Each real CLI runs one-shot through the gateway: the scripted model asks for one shell command, then ends.
+"""Each real CLI runs as a rollout session: the scripted model asks for one shell command, then ends.
 
-Checked from the outside: the CLI exits 0, the command's file is in its workspace, and the store holds the
-session's completions under the CLI's API with token ids and aligned logprobs, the turn after the tool call
-extending the tool call's prompt and completion token for token.
+Checked from the outside: the session ends COMPLETED, the command's file is in the session's workspace, the
+CLI's output is in logs/agent, and the store holds every call of the run in the rollout session under the
+CLI's API with token ids and aligned logprobs, the turn after the tool call extending the tool call's prompt
+and completion token for token.
 """
 
 from __future__ import annotations
@@ -11,68 +12,30 @@ import json
 import os
 import subprocess
 import sys
-from pathlib import Path
 
+import cli_sessions
 import pytest
+from tracetap.rollout.harnesses import CLI_HARNESSES
 
-from tracetap import harnesses, store
-from tracetap.harnesses import HARNESSES, HarnessRun
-from tracetap.launch import GatewayProcess
-
-PROOF = "tracetap-harness-ok"
-COMMAND = f"echo {PROOF} > proof.txt"
-PROMPT = f"Run this shell command in the current directory: {COMMAND}"
-FINAL = "Done: proof.txt is written."
-TIMEOUT = 180.0
-COLUMNS = ("seq, api, status, error, finish_reason, tool_calls, prompt_token_ids, completion_token_ids, "
-           "logprobs")
+from tracetap import store
 
 
-def explain(run: HarnessRun, gateway: GatewayProcess) -> str:
-    return (f"{run.harness}: exit {run.returncode}, timed out {run.timed_out}, {run.seconds:.0f}s\n"
-            f"--- stdout\n{run.stdout[-3000:]}\n--- stderr\n{run.stderr[-3000:]}\n"
-            f"--- gateway log\n{gateway.log()[-3000:]}")
+@pytest.mark.parametrize("name", list(CLI_HARNESSES))
+def test_cli_runs_as_a_rollout_session(name, installed, tmp_path):
+    cli_sessions.check_session(cli_sessions.run_cli_session(name, tmp_path))
 
 
-def session_rows(store_dir: Path, session_id: str) -> list[dict]:
-    cursor = store.connect(store_dir).execute(
-        f"SELECT {COLUMNS} FROM completions WHERE session_id = ? ORDER BY seq", [session_id])
-    names = [d[0] for d in cursor.description]
-    return [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
+def test_opencode_with_only_the_session_key_lands_in_the_rollout_session(installed, tmp_path):
+    """As a new user tries it: the plain gateway URL and `OPENAI_API_KEY=sk-tap-...`; opencode still sends
+    its own `x-session-id` (`ses_...`), which is kept as metadata and names no session."""
+    run = cli_sessions.run_cli_session("opencode", tmp_path, plain_base_url=True)
+    cli_sessions.check_session(run, binding="api_key")
 
 
-@pytest.mark.parametrize("name", list(HARNESSES))
-def test_cli_runs_one_shot_through_the_gateway(name: str, installed: dict[str, Path], gateways,
-                                               tmp_path: Path) -> None:
-    harness = HARNESSES[name]
-    session_id = f"sk-tap-harness-{name}"
-    workspace = tmp_path / "workspace"
-    workspace.mkdir()
-    script = harnesses.write_script(tmp_path / "script.jsonl", harness, [COMMAND], FINAL)
-    gateway = gateways.start(tmp_path / "store", script)
-    run = harnesses.run_harness(harness, installed[name], gateway.url, session_id, PROMPT, workspace,
-                                tmp_path / "home", timeout=TIMEOUT)
-    rows = session_rows(tmp_path / "store", session_id)  # acknowledged calls are on disk already
-    gateways.release(gateway)
-    assert run.returncode == 0, explain(run, gateway)
-    assert (workspace / "proof.txt").read_text().strip() == PROOF, explain(run, gateway)
-    assert {(row["api"], row["status"], row["error"]) for row in rows} == {(harness.api, "ok", None)}
-    for row in rows:
-        assert row["prompt_token_ids"] and row["completion_token_ids"]
-        assert len(row["logprobs"]) == len(row["completion_token_ids"])
-    (call,) = [row for row in rows if row["finish_reason"] == "tool_calls"]
-    assert [c["name"] for c in call["tool_calls"]] == [harness.shell_tool]
-    assert json.loads(call["tool_calls"][0]["arguments"]) == harness.shell_arguments(COMMAND)
-    turn = call["prompt_token_ids"] + call["completion_token_ids"]
-    continued = [row for row in rows if row["prompt_token_ids"][:len(turn)] == turn]
-    assert continued, "no later prompt extends the tool call's prompt + completion token for token"
-    assert continued[0]["finish_reason"] == "stop"
-
-
-def test_demo_runs_a_real_harness(installed: dict[str, Path], npm_dir: Path, tmp_path: Path) -> None:
+def test_demo_runs_a_real_harness(installed, tmp_path):
     """`tracetap demo --harness pi`: the CLI fixes the project in each session; the summary is the store's."""
     out = tmp_path / "demo"
-    env = {**os.environ, "TRACETAP_NPM_DIR": str(npm_dir)}
+    env = {**os.environ, "TRACETAP_NPM_DIR": str(cli_sessions.NPM_DIR)}
     done = subprocess.run([sys.executable, "-m", "tracetap.cli", "demo", "--harness", "pi", "--sessions", "2",
                            "--out", str(out), "--json"], env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
@@ -87,5 +50,7 @@ def test_demo_runs_a_real_harness(installed: dict[str, Path], npm_dir: Path, tmp
     assert tools == ["bash"] * 3  # test, fix, test: through pi's own shell tool
     assert dict(con.execute("SELECT session_id, reward FROM rewards").fetchall()) == {
         "sk-tap-demo-1": 1.0, "sk-tap-demo-2": 1.0}
+    assert dict(con.execute("SELECT session_id, harness FROM sessions").fetchall()) == {
+        "sk-tap-demo-1": "pi", "sk-tap-demo-2": "pi"}
     assert summary["sessions"] == summary["solved_sessions"] == 2
     assert "return a + b" in (out / "workspaces" / "sk-tap-demo-1" / "calc.py").read_text()

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import click
 
-from tracetap.harnesses import HARNESSES
+from tracetap.rollout.harnesses import ALIASES, CLI_HARNESSES
 
 
 @click.command()
@@ -16,20 +16,21 @@ from tracetap.harnesses import HARNESSES
               help="Folder for the store, workspaces, dataset and report (replaced if it exists).")
 @click.option("--sessions", type=click.IntRange(1, 50), default=3, show_default=True)
 @click.option("--json", "as_json", is_flag=True, help="Print only the summary, as JSON.")
-@click.option("--harness", type=click.Choice(list(HARNESSES)), default=None,
+@click.option("--harness", type=click.Choice([*CLI_HARNESSES, *ALIASES]), default=None,
               help="Run this real coding-agent CLI (installed from npm) instead of the built-in agent.")
 def command(out: Path, sessions: int, as_json: bool, harness: str | None) -> None:
     """Run the main job end to end on embedded defaults: capture, build, evaluate, export, report.
 
-    Example: tracetap demo --sessions 3   (or --harness claude-code, once installed)
+    Example: tracetap demo --sessions 3   (or --harness claude_code, once installed)
     """
     from tracetap.demo import run_demo
-    from tracetap.harnesses import HarnessError, require_binary
+    from tracetap.rollout.harnesses import cli_harness
+    from tracetap.rollout.harnesses.npm import HarnessError, require_binary
 
     started = time.monotonic()
     try:
         if harness:
-            require_binary(HARNESSES[harness])  # before the output folder is replaced
+            require_binary(cli_harness(harness))  # before the output folder is replaced
         result = run_demo(out, sessions=sessions, say=(lambda _: None) if as_json else click.echo,
                           harness=harness)
     except HarnessError as exc:

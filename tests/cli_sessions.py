@@ -1,0 +1,117 @@
+"""Real coding-agent CLIs as rollout sessions: a scripted gateway per CLI, a GatewayNode on the local runtime.
+
+The scripted model asks the CLI's own shell tool for one command that really runs (it writes proof.txt),
+then ends. Used by the default tier (pi, claude_code) and the harness tier (all six). The CLIs are installed
+once into the npm prefix, read at import, before the session fixture points TRACETAP_HOME at a temp dir:
+installs outlive a run (`~/.cache/tracetap/npm` unless TRACETAP_NPM_DIR or TRACETAP_HOME say otherwise).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import live
+from tracetap.rollout.harnesses import CLI_HARNESSES, npm
+from tracetap.rollout.harnesses.cli import CliHarness
+from tracetap.rollout.harnesses.script import GATEWAY_ARGS, write_script
+from tracetap.rollout.models import SessionContext, SessionResult, SessionStatus, TaskRequest, new_session_id
+from tracetap.rollout.node import GatewayNode, NodeConfig
+
+NPM_DIR = npm.npm_dir()
+PROOF = "tracetap-harness-ok"
+COMMAND = f"echo {PROOF} > proof.txt"
+PROMPT = f"Run this shell command in the current directory: {COMMAND}"
+FINAL = "Done: proof.txt is written."
+TIMEOUT = 240.0
+# the harness's own session id header, as recorded from real runs (DESIGN §4: metadata, never the binding)
+OWN_SESSION_IDS = {"opencode": "ses_", "claude_code": "", "codex": ""}
+
+
+@contextmanager
+def installed(names: list[str]) -> Iterator[dict[str, Path]]:
+    """The named CLIs, installed with npm when missing; TRACETAP_NPM_DIR points the presets at them."""
+    presets = [CLI_HARNESSES[name] for name in names]
+    npm.install(presets, NPM_DIR)
+    saved = os.environ.get("TRACETAP_NPM_DIR")
+    os.environ["TRACETAP_NPM_DIR"] = str(NPM_DIR)
+    try:
+        yield {preset.name: npm.require_binary(preset, NPM_DIR) for preset in presets}
+    finally:
+        if saved is None:
+            os.environ.pop("TRACETAP_NPM_DIR")
+        else:
+            os.environ["TRACETAP_NPM_DIR"] = saved
+
+
+@dataclass
+class CliSession:
+    preset: CliHarness
+    result: SessionResult
+    rows: list[dict]  # every completion in the store, whatever its session
+    session_dir: Path
+    gateway_log: str
+
+    @property
+    def workspace(self) -> Path:
+        return self.session_dir / "workspace"
+
+    def agent_output(self) -> str:
+        path = self.session_dir / "logs" / "agent" / self.preset.log_file
+        return path.read_text(errors="replace") if path.exists() else ""
+
+    def explain(self) -> str:
+        return (f"{self.preset.name}: {self.result.status} {self.result.error}\n--- agent output\n"
+                f"{self.agent_output()[-3000:]}\n--- gateway log\n{self.gateway_log[-3000:]}")
+
+
+def run_cli_session(name: str, root: Path, plain_base_url: bool = False) -> CliSession:
+    """One session of `name` on a fresh store. `plain_base_url`: the CLI gets the gateway root without the
+    session's path prefix, so only its API key (the session id) can bind its calls."""
+    preset = CLI_HARNESSES[name]
+    script = write_script(root / "script.jsonl", preset, [COMMAND], FINAL)
+    with live.start_gateway(root / "store", "--script", str(script), *GATEWAY_ARGS) as gateway:
+        env = {"OPENAI_BASE_URL": f"{gateway.url}/v1"} if plain_base_url else {}
+        task = TaskRequest(task_id=f"cli-{name.replace('_', '-')}", instruction=PROMPT, timeout_seconds=TIMEOUT,
+                           agent={"harness": name, "env": env})
+        ctx = SessionContext(session_id=new_session_id(), task=task)
+        result = asyncio.run(_run(GatewayNode(NodeConfig(store=gateway.store, sessions_root=root / "sessions",
+                                                         gateway_url=gateway.url)), ctx))
+        rows = live.store_rows(gateway.store)
+        log = gateway.log()
+    return CliSession(preset, result, rows, root / "sessions" / ctx.session_id, log)
+
+
+async def _run(node: GatewayNode, ctx: SessionContext) -> SessionResult:
+    try:
+        return await node.run_session(ctx)
+    finally:
+        await node.shutdown()
+
+
+def check_session(run: CliSession, binding: str = "path") -> None:
+    """The CLI did the work, and every call it made is in its rollout session, token-faithful."""
+    preset, result, rows = run.preset, run.result, run.rows
+    assert result.status == SessionStatus.COMPLETED, run.explain()
+    assert (run.workspace / "proof.txt").read_text().strip() == PROOF, run.explain()
+    assert "proof.txt is written" in run.agent_output(), run.explain()
+    assert {row["session_id"] for row in rows} == {result.session_id}
+    assert {(row["api"], row["status"], row["error"]) for row in rows} == {(preset.api, "ok", None)}
+    assert result.traces == len(rows)  # per_request: one trace per ok call
+    for row in rows:
+        assert row["prompt_token_ids"] and len(row["logprobs"]) == len(row["completion_token_ids"]) > 0
+        meta = json.loads(row["metadata_json"])
+        assert meta["session_source"] == binding
+        if preset.name in OWN_SESSION_IDS:
+            assert meta["harness_session_id"].startswith(OWN_SESSION_IDS[preset.name])
+    (call,) = [row for row in rows if row["finish_reason"] == "tool_calls"]
+    assert [c["name"] for c in call["tool_calls"]] == [preset.shell_tool]
+    assert json.loads(call["tool_calls"][0]["arguments"]) == preset.shell_arguments(COMMAND)
+    turn = call["prompt_token_ids"] + call["completion_token_ids"]
+    continued = [row for row in rows if row["prompt_token_ids"][:len(turn)] == turn]
+    assert continued and continued[0]["finish_reason"] == "stop", "no later prompt extends the tool call"
