@@ -52,3 +52,10 @@ class Node(Protocol):
 
     async def shutdown(self) -> None:
         """Cancel what runs, stop the node's gateway; idempotent."""
+
+
+class SessionNotStarted(RuntimeError):
+    """The node was lost before the session's INIT began: the server sends it to another node."""
+
+
+NODE_LOST = "node_lost"  # SessionResult.error of a session whose node died while it ran

@@ -75,6 +75,15 @@ def session_file(root: Path, sid: str) -> Path:
     return session_dir(root, "sessions", sid) / "session.parquet"
 
 
+def task_file(root: Path, task_id: str) -> Path:
+    """Where a rollout task's request and result live: `rollouts/task_id=<id>/task.json`."""
+    return _under(root, "rollouts", f"task_id={validate_name(task_id, 'task id')}", "task.json")
+
+
+def task_files(root: Path) -> list[Path]:
+    return sorted(Path(root, "rollouts").glob("task_id=*/task.json"))
+
+
 def table_glob(root: Path, table: str) -> str:
     """The glob readers use: only final `*.parquet` names, never temp files (`.x.tmp`)."""
     if table not in TABLE_DEPTH:
