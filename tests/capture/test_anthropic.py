@@ -195,7 +195,7 @@ BAD_REQUESTS = [
     ("not-an-object", ["messages"], "JSON object"),
     ("missing-messages", {"messages": None}, "messages: field required"),
     ("messages-not-array", {"messages": "hi"}, "messages: expected an array"),
-    ("no-messages", {"messages": []}, "at least one message"),
+    ("no-messages", {"messages": []}, "messages: expected at least 1 item"),
     ("missing-max-tokens", {"max_tokens": None}, "max_tokens: field required"),
     ("max-tokens-string", {"max_tokens": "64"}, "max_tokens: expected an integer, got string"),
     ("max-tokens-bool", {"max_tokens": True}, "got boolean"),
