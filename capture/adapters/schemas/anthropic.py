@@ -6,16 +6,12 @@ Content blocks are told apart by `type`; a type the adapter does not convert (se
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal, Union
+from typing import Annotated, Any, Literal
 
-from pydantic import Discriminator, Field, Tag
-from tracetap.capture.adapters.schemas.base import Lenient
+from pydantic import Field
+from tracetap.capture.adapters.schemas.base import Lenient, by_type
 
 JsonObject = dict[str, Any]
-
-
-class OtherBlock(Lenient):
-    type: str
 
 
 class TextBlock(Lenient):
@@ -54,18 +50,8 @@ class ThinkingBlock(Lenient):
     thinking: str
 
 
-def _by_type(models: dict[str, type[Lenient]]) -> Any:
-    """A union of block models picked by the block's `type`; any other type is an `OtherBlock`."""
-    def tag(value: object) -> str:
-        kind = value.get("type") if isinstance(value, dict) else None
-        return f"type={kind}" if kind in models else "other"
-
-    members = [Annotated[model, Tag(f"type={kind}")] for kind, model in models.items()]
-    return Annotated[Union[(*members, Annotated[OtherBlock, Tag("other")])], Discriminator(tag)]  # noqa: UP007
-
-
 _USER_SIDE = {"text": TextBlock, "image": ImageBlock, "document": DocumentBlock, "search_result": SearchResultBlock}
-ResultPart = _by_type(_USER_SIDE)
+ResultPart = by_type(_USER_SIDE)
 
 
 class ToolResultBlock(Lenient):
@@ -74,7 +60,7 @@ class ToolResultBlock(Lenient):
     is_error: bool | None = None
 
 
-Block = _by_type({**_USER_SIDE, "tool_result": ToolResultBlock, "tool_use": ToolUseBlock,
+Block = by_type({**_USER_SIDE, "tool_result": ToolResultBlock, "tool_use": ToolUseBlock,
                   "thinking": ThinkingBlock})
 
 

@@ -7,7 +7,9 @@ as it does in every adapter.
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from typing import Annotated, Any, Union
+
+from pydantic import BaseModel, ConfigDict, Discriminator, Tag, ValidationError
 from tracetap.capture.adapters.base import AdapterError
 from tracetap.capture.json_body import BodyError, check_depth
 
@@ -26,6 +28,27 @@ class Lenient(BaseModel):
     model_config = ConfigDict(strict=True, extra="allow", populate_by_name=True)
 
 
+class Other(Lenient):
+    """An object of a `type` its schema does not describe: the adapter drops or rejects it by name."""
+
+    type: str
+
+
+def by_type(models: dict[str, type[BaseModel]], role_default: str | None = None) -> Any:
+    """A union of models picked by the value's `type`; every other type validates as `Other`.
+
+    `role_default` is the type of an object with a `role` and no `type` (a Responses message item).
+    """
+    def tag(value: object) -> str:
+        if not isinstance(value, dict):
+            return "other"
+        kind = value.get("type") or (role_default if "role" in value else None)
+        return f"type={kind}" if isinstance(kind, str) and kind in models else "other"
+
+    members = [Annotated[model, Tag(f"type={kind}")] for kind, model in models.items()]
+    return Annotated[Union[(*members, Annotated[Other, Tag("other")])], Discriminator(tag)]  # noqa: UP007
+
+
 def validate(schema: type[BaseModel], body: object) -> None:
     """Raises AdapterError (a 400) when `body` is not an object, nests too deep, or breaks `schema`."""
     if not isinstance(body, dict):
@@ -41,23 +64,24 @@ def validate(schema: type[BaseModel], body: object) -> None:
 
 def describe(error: ValidationError, body: object) -> str:
     """The deepest failing field of `body` and what it should be; union alternatives are merged."""
-    located = [(_input_path(e["loc"], body), e) for e in error.errors(include_url=False)]
+    located = [(_input_path(e["loc"], body, e["type"] == "missing"), e) for e in error.errors(include_url=False)]
     path = max((where for where, _ in located), key=len)
     found = [e for where, e in located if where == path]
     name = ".".join(str(step) for step in path) or "request body"
     return f"{name}: {_problem(found)}"
 
 
-def _input_path(loc: tuple, body: object) -> tuple:
-    """The steps of `loc` that index the body itself (pydantic also names union alternatives)."""
+def _input_path(loc: tuple, body: object, missing: bool) -> tuple:
+    """The steps of `loc` that index the body itself (pydantic also names union alternatives);
+    for a missing field, its name too."""
     path, node = [], body
     for step in loc:
         if isinstance(node, dict) and step in node:
             node = node[step]
         elif isinstance(node, list) and isinstance(step, int) and 0 <= step < len(node):
             node = node[step]
-        elif isinstance(node, dict) and step == loc[-1]:
-            node = None  # a missing field
+        elif missing and isinstance(node, dict) and step == loc[-1]:
+            node = None
         else:
             continue
         path.append(step)
