@@ -126,4 +126,4 @@ def _is_secret(key: object) -> bool:
 
 
 def _json(value: object) -> str | None:
-    return None if value is None else json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+    return None if value is None else json.dumps(value, ensure_ascii=False, allow_nan=False, separators=(",", ":"))

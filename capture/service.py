@@ -10,7 +10,6 @@ never written; upstream failures are written with their status and no tokens.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import time
 import uuid
@@ -21,6 +20,7 @@ from datetime import UTC, datetime
 from tracetap.capture import detect as routes
 from tracetap.capture.adapters import ADAPTERS
 from tracetap.capture.adapters.base import AdapterError, RequestContext
+from tracetap.capture.json_body import BodyError, json_text, parse_body
 from tracetap.capture.record import Call, build_row, display_path
 from tracetap.capture.sessions import SessionError, bind, labels, split_prefix
 from tracetap.capture.upstream import UpstreamClient, UpstreamError
@@ -120,9 +120,9 @@ class GatewayService:
         if route.endpoint not in (routes.GENERATE, routes.COUNT_TOKENS):
             return None
         try:
-            data = json.loads(request.body)
-        except (ValueError, UnicodeDecodeError) as exc:
-            raise Reject(400, f"request body is not valid JSON: {exc}") from None
+            data = parse_body(request.body)
+        except BodyError as exc:
+            raise Reject(400, str(exc)) from None
         if not isinstance(data, dict):
             raise Reject(400, "request body must be a JSON object")
         return data
@@ -254,4 +254,4 @@ def _translate(adapter, data: dict, ctx: RequestContext) -> dict:
 
 
 def _dumps(value: object) -> bytes:
-    return json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode()
+    return json_text(value).encode()

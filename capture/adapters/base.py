@@ -15,8 +15,9 @@ tool_calls}`, `finish_reason`, `stop_reason`, `usage`); streams are synthesized 
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
+
+from tracetap.capture.json_body import json_text
 
 
 class AdapterError(ValueError):
@@ -62,7 +63,7 @@ def request_body(ctx: RequestContext) -> dict:
 
 def sse_frame(data: dict | str, event: str | None = None) -> bytes:
     """One SSE frame: optional `event:` line, one single-line `data:` line, blank line."""
-    payload = data if isinstance(data, str) else json.dumps(data, separators=(",", ":"), ensure_ascii=False)
+    payload = data if isinstance(data, str) else json_text(data)
     head = f"event: {event}\n" if event else ""
     return f"{head}data: {payload}\n\n".encode()
 
