@@ -9,9 +9,14 @@ from __future__ import annotations
 
 import copy
 
+from hypothesis import HealthCheck
 from hypothesis import strategies as st
+from request_seeds import ENDPOINTS
 
 LONE_SURROGATES = ("\ud800", "a\udfffb")
+# Hypothesis settings every fuzz test shares: the same examples on every run, no timing, no database.
+FIXED = {"derandomize": True, "database": None, "deadline": None,
+         "suppress_health_check": [HealthCheck.too_slow, HealthCheck.data_too_large]}
 
 
 def nested(depth: int) -> list | dict:
@@ -79,3 +84,8 @@ def mutated(draw: st.DrawFn, seeds: tuple[dict, ...], surrogates: bool = True) -
         action = draw(st.sampled_from(["replace", "replace", "replace", "delete", "wrap"]))
         _edit(body, path, action, draw(values(surrogates)))
     return body
+
+
+def every_endpoint(surrogates: bool = True) -> st.SearchStrategy:
+    """(endpoint, mutated body) pairs over all the endpoints of request_seeds."""
+    return st.one_of([st.tuples(st.just(e), mutated(e.seeds, surrogates)) for e in ENDPOINTS])

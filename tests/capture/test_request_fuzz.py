@@ -11,26 +11,15 @@ from __future__ import annotations
 import json
 
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings
 from live import fixture_body
-from mutations import mutated
+from mutations import FIXED, every_endpoint
 from request_seeds import ENDPOINTS, Endpoint
 from tracetap.capture.adapters import ADAPTERS
 from tracetap.capture.adapters.base import AdapterError, RequestContext
 
 ANSWER = json.loads(fixture_body("chat_tools_auto_call"))  # an upstream answer with a tool call
 ANSWER["choices"][0]["message"]["reasoning"] = "I should list the files."
-FIXED = {"derandomize": True, "database": None, "deadline": None,
-         "suppress_health_check": [HealthCheck.too_slow, HealthCheck.data_too_large]}
-
-
-def case(endpoint: Endpoint, surrogates: bool = True) -> st.SearchStrategy:
-    return st.tuples(st.just(endpoint), mutated(endpoint.seeds, surrogates))
-
-
-def every_endpoint(surrogates: bool = True) -> st.SearchStrategy:
-    return st.one_of([case(endpoint, surrogates) for endpoint in ENDPOINTS])
 
 
 def check_adapter(endpoint: Endpoint, body: dict) -> None:
