@@ -41,9 +41,10 @@ def values(surrogates: bool = True) -> st.SearchStrategy:
     """Values to put where something else was."""
     shapes = st.sampled_from([["user"], {}, [], [{}], [None], {"type": [{}]}, {"type": None}, {"text": None}])
     deep = st.integers(2, 80).map(nested)
-    small = st.recursive(_scalars(surrogates), lambda inner: st.lists(inner, max_size=3)
-                         | st.dictionaries(st.sampled_from(["type", "text", "role", "name", "x"]), inner,
-                                           max_size=3), max_leaves=6)
+    keys = st.sampled_from(["type", "text", "role", "name", "x"])
+    scalars = _scalars(surrogates)
+    small = (st.lists(scalars, max_size=3) | st.dictionaries(keys, scalars, max_size=3)
+             | st.lists(st.dictionaries(keys, scalars, max_size=2), max_size=2))
     return st.one_of(_scalars(surrogates), shapes, deep, small).map(copy.deepcopy)
 
 

@@ -52,7 +52,7 @@ def test_mutated_bodies_are_converted_or_a_4xx(drawn):
 
 
 @pytest.mark.fuzz
-@settings(max_examples=2_500, **FIXED)
+@settings(max_examples=1_500, **FIXED)
 @given(every_endpoint())
 def test_mutated_bodies_at_length(drawn):
     check_adapter(*drawn)

@@ -129,7 +129,7 @@ def test_mutated_bodies_are_answered_200_or_4xx(gateway, drawn):
 
 
 @pytest.mark.fuzz
-@settings(max_examples=800, **FIXED)
+@settings(max_examples=400, **FIXED)
 @given(every_endpoint(surrogates=False))
 def test_mutated_bodies_answered_at_length(gateway, drawn):
     check_handled(gateway, *drawn)
