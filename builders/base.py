@@ -1,6 +1,6 @@
 """What both builders share: completions as `Call`s, trace rows in the `trajectories` shape.
 
-A builder is a pure function `(completions, eot_id=None, session=None) -> (traces, stats)` over one
+A builder is a pure function `(completions, eot_id=None, session=None, decode=None) -> (traces, stats)` over one
 session: `completions` are that session's rows of the `completions` table as stored (any status,
 any order; seq and completion_id set; token lists as lists or numpy arrays), `session` its
 `sessions` row when known. Traces come back as `trajectories` rows (token columns as numpy arrays,
@@ -79,7 +79,7 @@ class SessionInput:
 
 
 def prepare(completions: list[dict], session: dict | None = None) -> SessionInput:
-    """Sort by seq, keep ok rows, split off those without ids, judge trainability."""
+    """Sort by seq, keep ok rows (never `degraded` ones), split off those without ids, judge trainability."""
     rows = sorted(completions, key=lambda row: row["seq"])
     calls, unusable = [], []
     for row in rows:
@@ -146,6 +146,7 @@ def base_stats(builder: str, data: SessionInput) -> dict:
         "completions": len(data.rows),
         "completions_ok": len(data.calls) + len(data.unusable),
         "completions_without_ids": len(data.unusable),
+        "completions_degraded": sum(row.get("status") == "degraded" for row in data.rows),
         "trainable": not data.reasons,
         "not_trainable_reasons": data.reasons,
     }

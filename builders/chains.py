@@ -7,6 +7,9 @@ its latest turn. A call goes to:
    - prompt extends the tip: a new turn; the interstitial is the prompt's tail after the first
      end-of-turn token past the tip (that token included when the previous turn did not sample it,
      i.e. it was cut at `length`); no end-of-turn id known, or none in the tail: a break;
+   - prompt extends the tip without the empty think block its generation prompt ended with
+     (thinking disabled, see tokens.generation_prompt_block): a new turn as above, its copy starting
+     where the block was, the block counted as `template` drift;
    - the tip's turn is an empty truncation (finish `length`, nothing visible to the harness) and
      the prompt extends the tip without its generation prompt: the harness dropped that turn; it
      is left out of the stream and the prompt's tail becomes interstitial;
@@ -14,10 +17,14 @@ its latest turn. A call goes to:
    agent) and that tip is never extended later (the old history was abandoned, not paused): a new
    segment of that chain with break `canonical_prefix_break` (history rewritten, compaction);
 3. else a new chain (a sub-agent, a parallel conversation, a fork from an earlier point).
-When a turn with several attempts is extended, the attempt sharing the most tokens with its copy in
-the new prompt is kept (the latest on a tie: a plain retry keeps the last attempt); the others open
-chains of their own: a parallel branch when something extends them later, else a retry that is
-recorded and left out.
+A call repeating a tip's prompt is another attempt, unless an open tip it extends has an attempt whose
+sampled ids its prompt repeats verbatim: then it is that thread's next turn (two identical sub-agents
+run the same prompts). When a turn with several attempts is extended, the attempt whose sampled ids
+the new prompt holds verbatim is kept, else the one sharing the most tokens with its copy (the latest
+on a tie: a plain retry keeps the last attempt); the others open chains of their own. A retry is an
+attempt with no continuation that a later attempt at the same prompt repeated: it is recorded and left
+out. Any other attempt without continuation (a parallel sample after the one that was continued)
+stays a one-turn chain.
 """
 
 from __future__ import annotations
@@ -27,16 +34,18 @@ from dataclasses import dataclass, field
 
 import numpy as np
 from tracetap.builders.base import Call
+from tracetap.builders.drift import Decode, DriftSpan, template_drift, turn_drift
 from tracetap.builders.tokens import (
     common_prefix_len,
-    drift,
     find_first,
+    generation_prompt_block,
     is_prefix,
     shared_tokens,
     strip_generation_prompt,
 )
 
 EMPTY = np.zeros(0, dtype=np.int32)
+BREAK_WINDOW = 24  # tokens kept on each side of a break, for viewers to show what changed
 
 
 @dataclass
@@ -56,6 +65,37 @@ class Turn:
         return self.attempts[0].prompt
 
 
+@dataclass(frozen=True)
+class Match:
+    """How a prompt continues a segment: `length` tokens of its tip are matched."""
+
+    length: int
+    mode: str  # retry | extend | drop
+    verbatim: bool = False  # extend: some attempt's sampled ids start the prompt's tail
+
+
+@dataclass(frozen=True)
+class BreakPoint:
+    """Where a segment's first prompt leaves the tip of the segment it broke from."""
+
+    completion_id: str  # the call whose prompt was the old tip
+    position: int  # first index where the two prompts differ
+    before: np.ndarray  # the shared tokens just before `position`
+    was: np.ndarray  # the old tip from `position` on
+    now: np.ndarray  # the new prompt from `position` on
+
+    @classmethod
+    def between(cls, broken: Segment, prompt: np.ndarray) -> BreakPoint:
+        tip, at = broken.tip, common_prefix_len(broken.tip, prompt)
+        window = slice(at, at + BREAK_WINDOW)
+        return cls(broken.turns[-1].call.completion_id, at, tip[max(0, at - BREAK_WINDOW):at],
+                   tip[window], prompt[window])
+
+    def to_json(self) -> dict:
+        return {"completion_id": self.completion_id, "position": self.position,
+                "before": self.before.tolist(), "was": self.was.tolist(), "now": self.now.tolist()}
+
+
 @dataclass
 class Segment:
     """A run of turns whose prompts strictly extend each other; a break starts the next one."""
@@ -66,9 +106,10 @@ class Segment:
     prompt: np.ndarray
     turns: list[Turn]
     last_seq: int
-    drift: int = 0
+    drift: list[DriftSpan] = field(default_factory=list)
     empty_truncations: list[str] = field(default_factory=list)
-    split_from: Turn | None = None  # opened by an attempt another attempt won against
+    split_from: Turn | None = None  # opened by an earlier attempt another attempt won against
+    break_point: BreakPoint | None = None
 
     @property
     def tip(self) -> np.ndarray:
@@ -90,11 +131,22 @@ def _likeness(call: Call, tail: np.ndarray, eot_at: int, eot: int) -> int:
     return shared_tokens(call.sampled[:-1] if _ends_turn(call, eot) else call.sampled, tail[:eot_at])
 
 
-class Router:
-    """One pass over a session's calls; the result is `segments` (retries already left out)."""
+def _best(matches: list[tuple[Match, Segment]]) -> tuple[Match, Segment]:
+    """The longest match, the most recently extended on a tie; a thread's verbatim next turn is never
+    taken for a repeat of another tip."""
+    if any(match.verbatim for match, _ in matches):
+        matches = [(match, segment) for match, segment in matches if match.mode != "retry"]
+    return max(matches, key=lambda pair: (pair[0].length, pair[1].last_seq))
 
-    def __init__(self, calls: list[Call], eot: int | None) -> None:
-        self.calls, self.eot = calls, eot
+
+class Router:
+    """One pass over a session's calls; the result is `segments` (retries already left out).
+
+    `decode` (ids -> text) tells tokenization drift from content drift; without it drift is `unknown`.
+    """
+
+    def __init__(self, calls: list[Call], eot: int | None, decode: Decode | None = None) -> None:
+        self.calls, self.eot, self.decode = calls, eot, decode
         self.segments: list[Segment] = []
         self.retried: list[str] = []
         self._chains = 0
@@ -108,52 +160,65 @@ class Router:
     def _place(self, position: int, call: Call) -> None:
         matches = [(match, seg) for seg in self.segments if (match := self._match(seg, call.prompt))]
         if matches:
-            (_, mode), segment = max(matches, key=lambda m: (m[0][0], m[1].last_seq))
-            {"retry": self._retry, "extend": self._extend, "drop": self._drop}[mode](segment, call)
+            match, segment = _best(matches)
+            {"retry": self._retry, "extend": self._extend, "drop": self._drop}[match.mode](segment, call, match)
         elif (target := self._abandoned_tip(position, call)) is not None:
-            self._resolve(target, lambda attempt: 0)
-            self._open(call, target.chain, "canonical_prefix_break")
+            self._resolve(target)
+            self._open(call, target.chain, "canonical_prefix_break", broken=target)
         else:
             self._open(call)
 
-    def _match(self, segment: Segment, prompt: np.ndarray) -> tuple[int, str] | None:
-        """(matched length, how the prompt continues the segment) or None."""
+    def _match(self, segment: Segment, prompt: np.ndarray) -> Match | None:
+        """How the prompt continues the segment, or None."""
         tip = segment.tip
         if is_prefix(tip, prompt):
-            return len(tip), "retry" if len(tip) == len(prompt) else "extend"
+            if len(tip) == len(prompt):
+                return Match(len(tip), "retry")
+            return Match(len(tip), "extend", self._verbatim(segment, prompt[len(tip):]))
         if segment.turns[-1].call.empty_truncation:
             stripped = strip_generation_prompt(tip)
             if len(stripped) < len(tip) and is_prefix(stripped, prompt):
-                return len(stripped), "drop"
+                return Match(len(stripped), "drop")
+        shared = len(tip) - generation_prompt_block(tip, prompt)
+        if shared < len(tip):
+            return Match(shared, "extend", self._verbatim(segment, prompt[shared:]))
         return None
 
-    def _retry(self, segment: Segment, call: Call) -> None:
+    @staticmethod
+    def _verbatim(segment: Segment, tail: np.ndarray) -> bool:
+        return any(is_prefix(attempt.sampled, tail) for attempt in segment.turns[-1].attempts)
+
+    def _retry(self, segment: Segment, call: Call, match: Match) -> None:
         segment.turns[-1].attempts.append(call)
         segment.last_seq = call.seq
 
-    def _extend(self, segment: Segment, call: Call) -> None:
-        tail = call.prompt[len(segment.tip):]
+    def _extend(self, segment: Segment, call: Call, match: Match) -> None:
+        tail = call.prompt[match.length:]
         eot_at = find_first(tail, self.eot) if self.eot is not None else -1
         if eot_at < 0:
-            self._resolve(segment, lambda attempt: 0)
+            self._resolve(segment)
             reason = "eot_unavailable" if self.eot is None else "interstitial_split_failed"
-            self._open(call, segment.chain, reason)
+            self._open(call, segment.chain, reason, broken=segment)
             return
-        kept = self._resolve(segment, lambda attempt: _likeness(attempt, tail, eot_at, self.eot))
+        kept = self._resolve(segment, lambda attempt: (is_prefix(attempt.sampled, tail),
+                                                       _likeness(attempt, tail, eot_at, self.eot)))
         canonical, before = _interstitial(kept, tail, eot_at, self.eot)
-        segment.drift += drift(kept.sampled, canonical)
+        ids = (kept.completion_id, call.completion_id)
+        if match.length < len(segment.tip):
+            segment.drift.append(template_drift(len(segment.tip) - match.length, match.length, ids))
+        segment.drift += turn_drift(kept.sampled, canonical, match.length, ids, self.decode)
         self._append(segment, Turn(before, [call]))
 
-    def _drop(self, segment: Segment, call: Call) -> None:
+    def _drop(self, segment: Segment, call: Call, match: Match) -> None:
         """The harness dropped the empty truncated tip turn: leave it out, splice the new tail in."""
         stripped = len(strip_generation_prompt(segment.tip))
         generation_prompt = len(segment.tip) - stripped
         last = segment.turns[-1]
         if len(segment.turns) > 1 and len(last.before) < generation_prompt:
-            self._resolve(segment, lambda attempt: 0)  # the generation prompt is not all interstitial
-            self._open(call, segment.chain, "canonical_prefix_break")
+            self._resolve(segment)  # the generation prompt is not all interstitial
+            self._open(call, segment.chain, "canonical_prefix_break", broken=segment)
             return
-        segment.empty_truncations.append(self._resolve(segment, lambda attempt: 0).completion_id)
+        segment.empty_truncations.append(self._resolve(segment).completion_id)
         segment.turns.pop()
         if not segment.turns:
             segment.prompt = call.prompt
@@ -166,24 +231,29 @@ class Router:
         segment.turns.append(turn)
         segment.last_seq = turn.call.seq
 
-    def _resolve(self, segment: Segment, score: Callable[[Call], int]) -> Call:
-        """Keep the tip turn's best attempt (highest score, latest on a tie); split off the others."""
+    def _resolve(self, segment: Segment, score: Callable[[Call], tuple] | None = None) -> Call:
+        """Keep the tip turn's best attempt (highest score, latest on a tie); split off the others.
+
+        An attempt a later one repeated may be a retry (see _settle_retries); the last one never is.
+        """
         turn = segment.turns[-1]
         if len(turn.attempts) > 1:
-            best = max(range(len(turn.attempts)), key=lambda k: (score(turn.attempts[k]), k))
+            last = len(turn.attempts) - 1
+            best = last if score is None else max(range(last + 1), key=lambda k: (score(turn.attempts[k]), k))
             for k, attempt in enumerate(turn.attempts):
                 if k != best:
-                    self._open(attempt, split_from=turn)
+                    self._open(attempt, split_from=turn if k < last else None)
             turn.attempts = [turn.attempts[best]]
         return turn.call
 
     def _open(self, call: Call, chain: int | None = None, reason: str | None = None,
-              split_from: Turn | None = None) -> None:
+              split_from: Turn | None = None, broken: Segment | None = None) -> None:
         if chain is None:
             chain, self._chains = self._chains, self._chains + 1
         index = sum(1 for seg in self.segments if seg.chain == chain)
-        self.segments.append(Segment(chain, index, reason, call.prompt, [Turn(EMPTY, [call])], call.seq,
-                                     split_from=split_from))
+        self.segments.append(Segment(
+            chain, index, reason, call.prompt, [Turn(EMPTY, [call])], call.seq, split_from=split_from,
+            break_point=BreakPoint.between(broken, call.prompt) if broken is not None else None))
 
     def _abandoned_tip(self, position: int, call: Call) -> Segment | None:
         """The segment whose history this call rewrites (rule 2 of the module doc), if any."""

@@ -7,13 +7,15 @@ The baseline prefix_merging is measured against: every call is trained on its ow
 from __future__ import annotations
 
 from tracetap.builders.base import base_stats, error_trace, prepare, session_fields, trace_row
+from tracetap.builders.drift import Decode
 
 NAME = "per_request"
 
 
-def build_session(completions: list[dict], eot_id: int | None = None,
-                  session: dict | None = None) -> tuple[list[dict], dict]:
-    """A session's traces (one per ok completion, seq order) and its stats; `eot_id` is unused."""
+def build_session(completions: list[dict], eot_id: int | None = None, session: dict | None = None,
+                  decode: Decode | None = None) -> tuple[list[dict], dict]:
+    """A session's traces (one per ok completion, seq order) and its stats; `eot_id` and `decode`
+    are unused (each trace is one call as sampled: there is no copy to drift from)."""
     data = prepare(completions, session)
     stats = {**base_stats(NAME, data), "traces": len(data.calls) + len(data.unusable),
              "completions_preserved": len(data.calls)}

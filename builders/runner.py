@@ -21,11 +21,12 @@ import numpy as np
 import pyarrow as pa
 from tracetap.builders import per_request, prefix_merging
 from tracetap.builders.base import Builder
+from tracetap.builders.drift import Decode
 from tracetap.store import validate_session_id, write_session_table
-from tracetap.store.compaction import live_files
 from tracetap.store.files import check_store, read_parquet
 from tracetap.store.paths import SESSION_ID_PATTERN, session_dir, session_file
-from tracetap.store.schema import COMPLETIONS, SESSIONS
+from tracetap.store.reading import read_session
+from tracetap.store.schema import SESSIONS
 
 READ_COLUMNS = ["session_id", "seq", "completion_id", "task_id", "status", "http_status", "served_model",
                 "prompt_token_ids", "completion_token_ids", "logprobs", "finish_reason", "tool_calls",
@@ -50,7 +51,9 @@ class BuildSummary:
     segments: int = 0
     break_reasons: Counter = field(default_factory=Counter)
     drift_tokens: int = 0
+    drift_tokens_by_kind: Counter = field(default_factory=Counter)
     retries: int = 0
+    degraded: int = 0  # completions the upstream answered without training data (never in a trace)
     not_trainable: list[str] = field(default_factory=list)
     session_stats: dict[str, dict] = field(default_factory=dict)
 
@@ -61,7 +64,9 @@ class BuildSummary:
         self.segments += stats.get("segments", 0)
         self.break_reasons.update(stats.get("break_reasons", {}))
         self.drift_tokens += stats.get("drift_tokens", 0)
+        self.drift_tokens_by_kind.update(stats.get("drift_tokens_by_kind", {}))
         self.retries += stats.get("retries", 0)
+        self.degraded += stats.get("completions_degraded", 0)
         if not stats["trainable"]:
             self.not_trainable.append(session_id)
         self.session_stats[session_id] = stats
@@ -69,7 +74,8 @@ class BuildSummary:
     def to_dict(self) -> dict:
         return {"builder": self.builder, "sessions": self.sessions, "traces": self.traces,
                 "chains": self.chains, "segments": self.segments, "break_reasons": dict(self.break_reasons),
-                "drift_tokens": self.drift_tokens, "retries": self.retries,
+                "drift_tokens": self.drift_tokens, "drift_tokens_by_kind": dict(self.drift_tokens_by_kind),
+                "retries": self.retries, "degraded": self.degraded,
                 "not_trainable": self.not_trainable, "session_stats": self.session_stats}
 
 
@@ -101,14 +107,7 @@ def table_rows(table: pa.Table) -> list[dict]:
 def load_session(store_root: Path | str, session_id: str) -> tuple[list[dict], dict | None]:
     """(the session's completion rows in seq order, its sessions row or None)."""
     root, sid = Path(store_root), validate_session_id(session_id)
-    directory = session_dir(root, "completions", sid)
-    for attempt in range(3):  # compaction may delete a file between listing and reading it
-        try:
-            table = read_parquet(live_files(directory), COMPLETIONS, READ_COLUMNS)
-            break
-        except FileNotFoundError:
-            if attempt == 2:
-                raise
+    table = read_session(session_dir(root, "completions", sid), READ_COLUMNS)
     path = session_file(root, sid)
     sessions = read_parquet([path], SESSIONS).to_pylist() if path.exists() else []
     rows = sorted(table_rows(table), key=lambda row: row["seq"])
@@ -116,11 +115,13 @@ def load_session(store_root: Path | str, session_id: str) -> tuple[list[dict], d
 
 
 def build(store_root: Path | str, builder: str, session_ids: Iterable[str] | None = None,
-          eot_id: int | None = None, progress: Callable[[str], None] | None = None) -> BuildSummary:
+          eot_id: int | None = None, progress: Callable[[str], None] | None = None,
+          decode: Decode | None = None) -> BuildSummary:
     """Build `builder`'s trajectories for the given sessions (default: all) into the store.
 
     `eot_id` overrides end-of-turn detection (prefix_merging). `progress` is called with each
-    session id once that session is written.
+    session id once that session is written. `decode` (ids -> text, the model's tokenizer) tells
+    tokenization drift from content drift (without it, drift is unclassified and not trainable).
     """
     if builder not in BUILDERS:
         raise ValueError(f"unknown builder {builder!r}; builders: {', '.join(BUILDERS)}")
@@ -135,7 +136,8 @@ def build(store_root: Path | str, builder: str, session_ids: Iterable[str] | Non
     summary = BuildSummary(builder)
     pool = ThreadPoolExecutor(BUILD_THREADS, thread_name_prefix="tracetap-build")
     try:
-        for sid, stats in zip(wanted, pool.map(partial(_build_session, root, builder, eot_id), wanted), strict=True):
+        results = pool.map(partial(_build_session, root, builder, eot_id, decode), wanted)
+        for sid, stats in zip(wanted, results, strict=True):
             summary.add(sid, stats)
             if progress is not None:
                 progress(sid)
@@ -144,9 +146,9 @@ def build(store_root: Path | str, builder: str, session_ids: Iterable[str] | Non
     return summary
 
 
-def _build_session(root: Path, builder: str, eot_id: int | None, sid: str) -> dict:
+def _build_session(root: Path, builder: str, eot_id: int | None, decode: Decode | None, sid: str) -> dict:
     """Build and write one session's traces; returns its stats."""
     rows, session = load_session(root, sid)
-    traces, stats = BUILDERS[builder](rows, eot_id=eot_id, session=session)
+    traces, stats = BUILDERS[builder](rows, eot_id=eot_id, session=session, decode=decode)
     write_session_table(root, "trajectories", sid, traces, OUTPUT_FILE, builder=builder)
     return stats

@@ -57,10 +57,22 @@ def strip_generation_prompt(prompt: np.ndarray) -> np.ndarray:
     return prompt[: window_start + int(hits[-1])] if len(hits) else prompt
 
 
-def drift(sampled: np.ndarray, canonical: np.ndarray) -> int:
-    """Positions where the re-rendered copy of a turn differs from what was sampled."""
-    n = min(len(sampled), len(canonical))
-    return int(np.count_nonzero(sampled[:n] != canonical[:n])) + abs(len(sampled) - len(canonical))
+def generation_prompt_block(tip: np.ndarray, prompt: np.ndarray) -> int:
+    """Length of the block at the end of `tip`'s generation prompt that `prompt` leaves out; else 0.
+
+    With thinking disabled a template (Qwen3's, ours) renders `<|im_start|>assistant\n` plus an empty
+    `<think>\n\n</think>\n\n` for the turn to come, but re-renders past assistant turns without it,
+    so the turn's copy in the next prompt starts inside the tip's generation prompt. Detected from the
+    ids alone: `prompt` shares the tip up to a point inside its generation prompt, past the turn
+    opener and the role after it (a prompt that opens another role there dropped the turn instead),
+    and ends with that same generation prompt (the template added the block again).
+    """
+    opening = len(strip_generation_prompt(tip))
+    glue = tip[opening:]
+    shared = common_prefix_len(tip, prompt)
+    if not opening + 2 <= shared < len(tip) or len(prompt) < shared + len(glue):
+        return 0
+    return len(tip) - shared if np.array_equal(prompt[len(prompt) - len(glue):], glue) else 0
 
 
 def shared_tokens(a: np.ndarray, b: np.ndarray) -> int:

@@ -6,6 +6,9 @@ A session is not trainable when
 - its last upstream failure left it truncated: no ok completion came after it. A 4xx is a request
   the upstream rejected before generating anything (a context overflow): the turns before it are
   complete, so it does not count.
+A trace is also not trainable when its turns drifted in content (`content_drift`: the next prompt holds
+other text than the model sampled, so the trace would teach text the model no longer saw) or drifted
+in a way nobody could classify (`unclassified_drift`: no decode function given); see builders/drift.py.
 Failed calls are rows of `completions` (status upstream_error or timeout); the session row's
 `upstream_failures_json` (`{kind: count, last_at, last_kind}`, where `last_at` is the number of
 completions recorded when the failure happened) is used when those rows are not at hand.
@@ -15,8 +18,10 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Iterable
 
 FAILED = ("upstream_error", "timeout")
+DRIFT_REASONS = {"content": "content_drift", "unknown": "unclassified_drift"}
 _HTTP_4XX = re.compile(r"^http_4\d\d$")
 
 
@@ -69,3 +74,9 @@ def not_trainable_reasons(rows: list[dict], session: dict | None = None) -> list
     if truncated_by_failure(rows, session):
         reasons.append("truncated_by_upstream_failure")
     return reasons
+
+
+def drift_reasons(kinds: Iterable[str]) -> list[str]:
+    """Why drift of these kinds (builders/drift.py) makes a trace untrainable; empty when it does not."""
+    present = set(kinds)
+    return [reason for kind, reason in DRIFT_REASONS.items() if kind in present]

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from mitmproxy import ctx, http
+from tracetap.capture.redact import Redactor
 from tracetap.capture.replay import RecordedStore, ReplayUpstream
 from tracetap.capture.service import FALLBACK_API, MAX_BODY, GatewayService, Reply, error_reply
 from tracetap.capture.upstream import UpstreamClient
@@ -35,6 +36,7 @@ class Settings:
     replay_session: str | None = None
     replay_miss: str = "error"
     replay_ignore: tuple[str, ...] = ()
+    redact_keys: tuple[str, ...] = ()  # more key names whose values are secrets (capture/redact.py)
 
 
 class Gateway:
@@ -56,6 +58,7 @@ class Gateway:
         loader.add_option("tracetap_replay_session", str, "", "Replay this session to every caller.")
         loader.add_option("tracetap_replay_miss", str, "error", "Replay misses: error | forward.")
         loader.add_option("tracetap_replay_ignore", Sequence[str], [], "Request paths replay matching ignores.")
+        loader.add_option("tracetap_redact_keys", Sequence[str], [], "More key names whose values are masked.")
 
     def configure(self, updated: set[str]) -> None:
         if not any(name.startswith("tracetap_") for name in updated) or not ctx.options.tracetap_store:
@@ -69,7 +72,7 @@ class Gateway:
             idle_seconds=o.tracetap_idle_seconds,
             replay=Path(o.tracetap_replay) if o.tracetap_replay else None,
             replay_session=o.tracetap_replay_session or None, replay_miss=o.tracetap_replay_miss,
-            replay_ignore=tuple(o.tracetap_replay_ignore),
+            replay_ignore=tuple(o.tracetap_replay_ignore), redact_keys=tuple(o.tracetap_redact_keys),
         )
 
     async def running(self) -> None:
@@ -80,7 +83,7 @@ class Gateway:
         if s.replay is not None:
             upstream = ReplayUpstream(RecordedStore(s.replay), upstream, s.replay_miss, s.replay_session,
                                       s.replay_ignore)
-        self.service = GatewayService(StoreWriter(s.store), upstream, s.max_body)
+        self.service = GatewayService(StoreWriter(s.store), upstream, s.max_body, Redactor(s.redact_keys))
         await upstream.discover()
         compaction = self.service.compact_idle_forever(s.compact_every, s.idle_seconds)
         self._compaction = asyncio.create_task(compaction)

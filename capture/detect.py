@@ -21,6 +21,7 @@ COUNT_TOKENS = "count_tokens"
 MODELS = "models"
 PROBE = "probe"
 SESSION_CLOSE = "session_close"
+SESSION_REGISTER = "session_register"
 NOT_FOUND = "not_found"
 
 GEMINI_VERSIONS = ("v1beta", "v1", "v1alpha")
@@ -85,6 +86,8 @@ def _post(path: str, headers: Mapping[str, str], body: object) -> Route | None:
             return None
         stream = match.group(3) == "streamGenerateContent"
         return Route(GEMINI, endpoint, _gemini_model(match.group(2)), stream)
+    if path == "/sessions":
+        return Route(plausible_api(path, headers, body), SESSION_REGISTER)
     if match := _SESSION_CLOSE.match(path):
         return Route(plausible_api(path, headers, body), SESSION_CLOSE, target=unquote(match.group(1)))
     return None

@@ -1,5 +1,4 @@
-"""JSON in and out of the gateway: request bodies parsed strictly with bounded nesting, so nothing
-downstream recurses without bound; answers written so they always encode as UTF-8.
+"""Request bodies as strict JSON with bounded nesting, so nothing downstream recurses without bound.
 
 Python's `json` accepts `NaN`, `Infinity` and numbers like `1e999` (read as infinity); none of them is
 JSON, strict readers of the store reject them, and no provider API takes them. Real harness bodies
@@ -29,17 +28,6 @@ def parse_body(raw: bytes | str) -> object:
         raise BodyError(f"request body is not valid JSON: {exc}") from None
     check_depth(value)
     return value
-
-
-def json_text(value: object, separators: tuple[str, str] = (",", ":")) -> str:
-    """`value` as JSON, non-ASCII kept; text holding a lone surrogate (valid in a JSON escape, not in
-    UTF-8) is written with `\\u` escapes instead, so the result always encodes."""
-    text = json.dumps(value, ensure_ascii=False, separators=separators)
-    try:
-        text.encode()
-    except UnicodeEncodeError:
-        return json.dumps(value, separators=separators)
-    return text
 
 
 def check_depth(value: object, limit: int = MAX_DEPTH) -> None:

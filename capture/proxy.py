@@ -45,7 +45,8 @@ def run_gateway(store: Path, listen_host: str, listen_port: int, upstream_url: s
 
     `settings` are the addon's other tracetap_* options without the prefix (see `Gateway.load`): the
     numbers timeout, max_body, compact_every, idle_seconds, and for replay mode replay (a store path),
-    replay_session, replay_miss ("error" or "forward") and replay_ignore (a list of field paths)."""
+    replay_session, replay_miss ("error" or "forward") and replay_ignore (a list of field paths);
+    redact_keys lists more secret key names."""
     options = {"store": str(store), "upstream": upstream_url, "upstream_kind": upstream_kind,
                "served_model": served_model or "", **settings}
     asyncio.run(_serve(listen_host, listen_port, upstream_url, confdir, options, on_ready))

@@ -1,33 +1,38 @@
 """One model call -> one `completions` row (store/schema.py COMPLETIONS), secrets removed.
 
-`request_json` is the harness's body with every credential-looking string masked; headers are never
-stored, only the user agent and a harness guess in `metadata_json`. `chat_request_json` is exactly
-what went upstream, token flags (`return_token_ids`, `logprobs`, ...) included, so a call can be
-replayed as it was made. Failed calls keep their status and error and carry no tokens.
+Every stored text column (the JSON bodies, `path`, `error`, `metadata_json`) goes through one
+redaction (capture/redact.py); headers are never stored, only the user agent and a harness guess in
+`metadata_json`. `chat_request_json` is exactly what went upstream, token flags
+(`return_token_ids`, `logprobs`, ...) included, so a call can be replayed as it was made. Strings
+that have no UTF-8 form (lone surrogates) are stored as `\\udXXX` escapes, never dropped. Only `ok`
+and `degraded` calls carry tokens; failed calls keep their status, error and the upstream's body.
 """
 
 from __future__ import annotations
 
-import json
+import re
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from urllib.parse import urlencode
 
+from tracetap.capture.jsontext import dumps, escape_surrogates
+from tracetap.capture.redact import DEFAULT, Redactor
 from tracetap.capture.upstream import TokenCapture
 from tracetap.store.schema import COMPLETIONS, empty_row
 
-MASK = "[redacted]"
-_SECRET_NAMES = {"api_key", "apikey", "authorization", "x_api_key", "x_goog_api_key", "key", "password",
-                 "secret", "client_secret", "access_token", "refresh_token", "auth_token", "id_token",
-                 "bearer", "cookie", "session_token"}
-_SECRET_SUFFIXES = ("_api_key", "_secret", "_password", "_token")
-# user-agent fragment -> harness name
+ANSWERED = ("ok", "degraded")  # statuses whose row carries the upstream's tokens
+_TEXT_COLUMNS = ("path", "error")
+_NESTED_TEXT = ("tool_calls", "top_logprobs")  # struct columns holding strings
+# user-agent fragment -> harness name, most specific first
 _HARNESSES = (("claude-cli", "claude_code"), ("claude-code", "claude_code"), ("codex", "codex"),
-              ("geminicli", "gemini_cli"), ("qwen-code", "qwen_code"), ("opencode", "opencode"),
-              ("pi-coding-agent", "pi"), ("openai/python", "openai_python"),
+              ("geminicli", "gemini_cli"), ("qwen-code", "qwen_code"), ("qwencode", "qwen_code"),
+              ("opencode", "opencode"), ("pi-coding-agent", "pi"), ("openai/python", "openai_python"),
               ("anthropic/python", "anthropic_python"), ("google-genai", "google_genai"))
+# pi sends the OpenAI JS SDK's own user agent, `OpenAI/JS 5.12.2`, and nothing else; other JS harnesses
+# on that SDK name themselves, so a bare SDK agent is pi's (only when no fragment above matched)
+_PI_AGENT = re.compile(r"openai/js [0-9][\w.+-]*")
 
 
 @dataclass
@@ -58,28 +63,31 @@ class Call:
     started: float = field(default_factory=time.perf_counter)
 
 
-def build_row(call: Call, capture_mode: str = "live") -> dict:
+def build_row(call: Call, capture_mode: str = "live", redactor: Redactor = DEFAULT) -> dict:
     """The `completions` row for a call; `seq` and `finished_at` are left to the store writer."""
     row = empty_row(COMPLETIONS)
     row.update(
         session_id=call.session_id, completion_id=call.completion_id, created_at=call.created_at,
         api=call.api, path=call.path, stream=call.stream, requested_model=call.requested_model,
         served_model=call.served_model, status=call.status, http_status=call.http_status,
-        error=call.error, request_json=_json(redact(call.request_body)),
-        chat_request_json=_json(redact(call.chat_request)), response_json=_json(call.response_body),
-        upstream_ms=call.upstream_ms, gateway_ms=(time.perf_counter() - call.started) * 1000,
-        metadata_json=_json(_metadata(call, capture_mode)), **call.labels,
+        error=call.error, upstream_ms=call.upstream_ms, gateway_ms=(time.perf_counter() - call.started) * 1000,
+        **call.labels,
     )
-    if call.capture is not None and call.status == "ok":
+    answered = call.capture is not None and call.status in ANSWERED
+    if answered:
         row.update(_token_columns(call.capture))
-    else:
-        row["chat_response_json"] = _json(call.upstream_body)
-    return row
+    bodies = {"request_json": call.request_body, "chat_request_json": call.chat_request,
+              "chat_response_json": call.capture.body if answered else call.upstream_body,
+              "response_json": call.response_body, "metadata_json": _metadata(call, capture_mode)}
+    row.update({name: _json(redactor.redact(value)) for name, value in bodies.items()})
+    row.update({name: redactor.text(row[name]) for name in _TEXT_COLUMNS if row[name] is not None})
+    storable = {name: escape_surrogates(v) if isinstance(v, str) else v for name, v in row.items()}
+    storable.update({name: _storable(row[name]) for name in _NESTED_TEXT})
+    return storable
 
 
 def _token_columns(capture: TokenCapture) -> dict:
     return {
-        "chat_response_json": _json(capture.body),
         "prompt_token_ids": capture.prompt_token_ids,
         "completion_token_ids": capture.completion_token_ids,
         "logprobs": capture.logprobs,
@@ -101,29 +109,26 @@ def _metadata(call: Call, capture_mode: str) -> dict:
 
 def harness_hint(user_agent: str | None) -> str | None:
     """A guess at the harness from its user agent; None when nothing matches."""
-    agent = (user_agent or "").lower()
-    return next((name for fragment, name in _HARNESSES if fragment in agent), None)
+    agent = (user_agent or "").strip().lower()
+    named = next((name for fragment, name in _HARNESSES if fragment in agent), None)
+    return named or ("pi" if _PI_AGENT.fullmatch(agent) else None)
 
 
 def display_path(path: str, query: Mapping[str, str]) -> str:
-    """The path to store: the provider path plus its query, credentials (`?key=`) left out."""
-    kept = {k: v for k, v in query.items() if not _is_secret(k)}
-    return f"{path}?{urlencode(kept)}" if kept else path
+    """The provider path plus its query, as the harness sent it (`build_row` masks credentials)."""
+    return f"{path}?{urlencode(query)}" if query else path
 
 
-def redact(value: object) -> object:
-    """A copy with every string under a credential-looking key masked, at any depth."""
-    if isinstance(value, dict):
-        return {k: MASK if _is_secret(k) and isinstance(v, str) else redact(v) for k, v in value.items()}
+def _storable(value: object) -> object:
+    """A nested column value Parquet can hold: every string in it escaped."""
+    if isinstance(value, str):
+        return escape_surrogates(value)
     if isinstance(value, list):
-        return [redact(v) for v in value]
+        return [_storable(item) for item in value]
+    if isinstance(value, dict):
+        return {key: _storable(item) for key, item in value.items()}
     return value
 
 
-def _is_secret(key: object) -> bool:
-    name = str(key).lower().replace("-", "_")
-    return name in _SECRET_NAMES or name.endswith(_SECRET_SUFFIXES)
-
-
 def _json(value: object) -> str | None:
-    return None if value is None else json.dumps(value, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+    return None if value is None else dumps(value)

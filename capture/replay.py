@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pyarrow as pa
+from tracetap.capture.record import ANSWERED
 from tracetap.capture.replay_match import canonical, check_ignore_path, closest, match_key
 from tracetap.capture.sessions import DEFAULT_SESSION
 from tracetap.capture.upstream import (
@@ -44,10 +45,9 @@ from tracetap.capture.upstream import (
     with_token_flags,
 )
 from tracetap.store import connect
-from tracetap.store.compaction import live_files
-from tracetap.store.files import check_store, read_parquet
+from tracetap.store.files import check_store
 from tracetap.store.paths import session_dir, validate_session_id
-from tracetap.store.schema import COMPLETIONS
+from tracetap.store.reading import read_session
 
 logger = logging.getLogger("tracetap.gateway")
 
@@ -116,8 +116,7 @@ class RecordedStore:
 
     def session_table(self, session_id: str) -> pa.Table:
         """Every recorded completion of one session, in seq order (empty when it has none)."""
-        files = live_files(session_dir(self.root, "completions", session_id))
-        return read_parquet(files, COMPLETIONS).sort_by("seq")
+        return read_session(session_dir(self.root, "completions", session_id)).sort_by("seq")
 
 
 class ReplayUpstream:
@@ -232,7 +231,7 @@ def replayed(row: dict, sent: dict, ms: float, key: str) -> UpstreamResult:
     """A recorded completion as the upstream's answer to `sent` (or its recorded failure, raised)."""
     origin = {"session_id": row["session_id"], "completion_id": row["completion_id"]}
     metadata = {"capture_mode": "replay", "replay_of": origin, "replay_key": key}
-    if row["status"] != "ok":
+    if row["status"] not in ANSWERED:
         raise recorded_failure(row, sent, metadata)
     body = chat_body(row)
     created = int(row["created_at"].timestamp()) if row["created_at"] else 0

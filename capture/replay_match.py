@@ -17,7 +17,7 @@ thing, is taken out or written one way:
 
 Timestamps and per-request hashes inside the text are the adapters' business: the Anthropic adapter
 already strips Claude Code's billing line from the system prompt, so it never reaches the key.
-Secrets are masked the way the recorder masks them (`record.redact`), so a live request and its
+Secrets are masked the way the recorder masks them (`redact.redact`), so a live request and its
 recorded copy look alike.
 """
 
@@ -28,7 +28,7 @@ import hashlib
 import json
 from collections.abc import Iterable, Sequence
 
-from tracetap.capture.record import redact
+from tracetap.capture.redact import redact
 
 VOLATILE = ("model", "stream", "stream_options", "metadata", "user", "logprobs", "return_token_ids",
             "return_prompt_token_ids", "return_meta_info")
@@ -52,7 +52,7 @@ def canonical(request: dict, ignore: Sequence[str] = ()) -> dict:
 def match_key(canonical_request: dict) -> str:
     """SHA-256 (hex) of the canonical JSON: sorted keys, no spaces, non-ASCII kept."""
     text = json.dumps(canonical_request, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-    return hashlib.sha256(text.encode()).hexdigest()
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
 
 
 def check_ignore_path(path: str) -> str:

@@ -4,7 +4,10 @@
 bind the session, detect the API, check and parse the body, translate with the provider adapter,
 call the upstream once (non-streaming, with token data), record the call durably, and only then
 answer (JSON or a synthetic SSE stream). Client errors are answered in the caller's API shape and
-never written; upstream failures are written with their status and no tokens.
+never recorded as completions; upstream failures are recorded with their status and no tokens. An
+answer that is not training data (no token ids, misaligned logprobs, ...) is recorded `degraded` and
+still answered. Every call without a completions row (probes, model lists, token counts, errors) is
+counted per session. The body sent upstream is redacted (capture/redact.py) like everything stored.
 """
 
 from __future__ import annotations
@@ -20,10 +23,13 @@ from datetime import UTC, datetime
 from tracetap.capture import detect as routes
 from tracetap.capture.adapters import ADAPTERS
 from tracetap.capture.adapters.base import AdapterError, RequestContext
-from tracetap.capture.json_body import BodyError, json_text, parse_body
+from tracetap.capture.json_body import BodyError, parse_body
+from tracetap.capture.jsontext import dump_bytes
 from tracetap.capture.record import Call, build_row, display_path
+from tracetap.capture.redact import DEFAULT, Redactor
+from tracetap.capture.registration import RegistrationError, parse_registration
 from tracetap.capture.sessions import SessionError, bind, labels, split_prefix
-from tracetap.capture.upstream import UpstreamClient, UpstreamError
+from tracetap.capture.upstream import NO_CHOICES, UpstreamClient, UpstreamError, UpstreamResult
 from tracetap.store.paths import InvalidSessionId, session_dir, validate_session_id
 
 logger = logging.getLogger("tracetap.gateway")
@@ -36,6 +42,7 @@ EXPLICIT_SOURCES = ("path", "header", "query")  # ids a harness named, so later 
 # UpstreamError kind -> error kind of the reply (else upstream_unreachable), and -> recorded status
 _UPSTREAM_KINDS = {"timeout": "timeout", "http": "upstream_error", "replay_miss": "not_found"}
 _FAILED_STATUS = {"timeout": "timeout", "replay_miss": "client_error"}  # else upstream_error
+_UNRECORDED = {routes.PROBE: "probe", routes.MODELS: "models", routes.COUNT_TOKENS: "count_tokens"}
 
 
 class Reject(Exception):
@@ -67,16 +74,19 @@ class Request:
     received: float = field(default_factory=time.perf_counter)
     labels: dict[str, str] = field(default_factory=dict)  # task_id / policy_version the caller named
     created_at: datetime = field(default_factory=lambda: datetime.now(UTC))
+    endpoint: str | None = None  # routes.GENERATE, routes.PROBE, ... once detected
+    recorded: bool = False  # a completions row holds this call
 
 
 class GatewayService:
     """Holds the store writer and the upstream client. Session ids harnesses named explicitly count
     as registered: an API key equal to one binds to it (DESIGN §4)."""
 
-    def __init__(self, writer, upstream: UpstreamClient, max_body: int = MAX_BODY):
+    def __init__(self, writer, upstream: UpstreamClient, max_body: int = MAX_BODY, redactor: Redactor = DEFAULT):
         self.writer = writer
         self.upstream = upstream
         self.max_body = max_body
+        self.redactor = redactor
         self.registered: set[str] = set()
 
     async def handle(self, method: str, path: str, headers: Mapping[str, str], query: Mapping[str, str],
@@ -84,16 +94,32 @@ class GatewayService:
         request = Request(method.upper(), path, {k.lower(): v for k, v in headers.items()}, query, body)
         api = routes.plausible_api(split_prefix(path)[1], request.headers)
         try:
-            return await self._dispatch(request)
+            reply = await self._dispatch(request)
         except Reject as exc:
-            return error_reply(exc.api or api, exc.status, str(exc), exc.kind)
+            reply = error_reply(exc.api or api, exc.status, str(exc), exc.kind)
         except Exception:
             logger.exception("gateway failed on %s %s", request.method, split_prefix(path)[1])
-            return error_reply(api, 500, "internal gateway error (see the gateway log)", "internal")
+            reply = error_reply(api, 500, "internal gateway error (see the gateway log)", "internal")
+        await self._count_unrecorded(request, reply.status)
+        return reply
+
+    async def _count_unrecorded(self, request: Request, status: int) -> None:
+        """A call answered without a completions row is still counted under its session, if it has one."""
+        kind = _unrecorded_kind(request, status)
+        if kind is None:
+            return
+        try:
+            sid = bind(request.path, request.headers, request.query, self.registered).session_id
+            await asyncio.to_thread(self.writer.note_unrecorded, sid, kind)
+        except SessionError:
+            return  # no valid session id to count it under
+        except Exception:
+            logger.exception("could not count an unrecorded %s call", kind)
 
     async def _dispatch(self, request: Request) -> Reply:
         provider_path = split_prefix(request.path)[1]
         route = routes.detect(request.method, provider_path, request.headers)
+        request.endpoint = route.endpoint
         try:
             data = self._body(request, route)
             if data is not None:
@@ -111,7 +137,8 @@ class GatewayService:
     def _handlers(self) -> dict:
         return {routes.GENERATE: self._generate, routes.COUNT_TOKENS: self._count_tokens,
                 routes.MODELS: self._models, routes.PROBE: self._probe,
-                routes.SESSION_CLOSE: self._close, routes.NOT_FOUND: self._not_found}
+                routes.SESSION_CLOSE: self._close, routes.SESSION_REGISTER: self._register,
+                routes.NOT_FOUND: self._not_found}
 
     def _body(self, request: Request, route: routes.Route) -> dict | None:
         if len(request.body) > self.max_body:
@@ -130,7 +157,7 @@ class GatewayService:
     async def _generate(self, request: Request, route: routes.Route, binding, data: dict) -> Reply:
         adapter = _adapter(route.api)
         ctx = await self._context(route, binding, data, request.created_at)
-        chat_request = _translate(adapter, data, ctx)
+        chat_request = self.redactor.redact(_translate(adapter, data, ctx))
         if binding.source in EXPLICIT_SOURCES:
             self.registered.add(binding.session_id)
         call = Call(session_id=binding.session_id, api=route.api,
@@ -142,19 +169,30 @@ class GatewayService:
         try:
             result = await self.upstream.chat(chat_request, binding.session_id)
         except UpstreamError as exc:
-            return await self._upstream_failed(call, adapter, exc)
-        call.chat_request, call.capture, call.upstream_ms = result.request, result.capture, result.ms
-        call.served_model = result.body.get("model") or call.served_model
-        call.metadata = result.metadata
+            reply = await self._upstream_failed(call, adapter, exc)
+            request.recorded = True
+            return reply
+        _answered(call, result)
+        if NO_CHOICES in result.capture.problems:  # nothing to answer with: a 502, recorded as degraded
+            reply = await self._no_answer(call, adapter)
+            request.recorded = True
+            return reply
         if result.reply_as is not None:  # a replay shows the recorded call's ids, byte for byte
             ctx = replace(ctx, completion_id=result.reply_as[0], created=result.reply_as[1])
         call.response_body = adapter.from_chat_response(result.body, ctx)
         events = adapter.to_sse_events(result.body, ctx) if route.stream else None
         await self._record(call)
+        request.recorded = True
         headers = {"x-tracetap-session": call.session_id, "x-tracetap-completion-id": call.completion_id}
         if events is None:
-            return Reply(200, _dumps(call.response_body), {"content-type": JSON_TYPE, **headers})
+            return Reply(200, dump_bytes(call.response_body), {"content-type": JSON_TYPE, **headers})
         return Reply(200, b"".join(events), {**SSE_HEADERS, **headers})
+
+    async def _no_answer(self, call: Call, adapter) -> Reply:
+        call.http_status = 502
+        call.response_body = adapter.error_body(502, call.error, "upstream_error")
+        await self._record(call)
+        return Reply(502, dump_bytes(call.response_body))
 
     async def _context(self, route: routes.Route, binding, data: dict, received: datetime) -> RequestContext:
         requested = route.model or "unknown"
@@ -173,11 +211,11 @@ class GatewayService:
         call.chat_request = exc.request or call.chat_request
         call.response_body = adapter.error_body(exc.status, str(exc), kind)
         await self._record(call)
-        return Reply(exc.status, _dumps(call.response_body))
+        return Reply(exc.status, dump_bytes(call.response_body), {"content-type": JSON_TYPE, **exc.headers})
 
     async def _record(self, call: Call) -> None:
         """Durable before the harness sees a byte: a failed write is a 500, never a silent loss."""
-        row = build_row(call)
+        row = build_row(call, redactor=self.redactor)
         try:
             await asyncio.to_thread(self.writer.record_completion, row)
         except Exception as exc:
@@ -190,23 +228,23 @@ class GatewayService:
             raise Reject(404, f"{route.api} has no token-count endpoint", "not_found")
         ctx = await self._context(route, binding, data, request.created_at)
         try:
-            count = await self.upstream.tokenize(_translate(adapter, data, ctx))
+            count = await self.upstream.tokenize(self.redactor.redact(_translate(adapter, data, ctx)))
         except UpstreamError as exc:
             kind = _UPSTREAM_KINDS.get(exc.kind, "upstream_unreachable")
             raise Reject(exc.status, str(exc), kind) from None
-        return Reply(200, _dumps(adapter.count_tokens_body(count)))
+        return Reply(200, dump_bytes(adapter.count_tokens_body(count)))
 
     async def _models(self, request: Request, route: routes.Route, binding, data: None) -> Reply:
         """The served models in the caller's list shape; any name exists (unknown ones map to the served)."""
         adapter = ADAPTERS.get(route.api)
         lister = adapter if hasattr(adapter, "models_body") else ADAPTERS[FALLBACK_API]
         if route.target:
-            return Reply(200, _dumps(lister.model_body(route.target)))
+            return Reply(200, dump_bytes(lister.model_body(route.target)))
         names = list(self.upstream.models) or list(await self.upstream.discover())
-        return Reply(200, _dumps(lister.models_body(names)))
+        return Reply(200, dump_bytes(lister.models_body(names)))
 
     async def _probe(self, request: Request, route: routes.Route, binding, data: None) -> Reply:
-        body = b"" if request.method == "HEAD" else _dumps({"status": "ok", "service": "tracetap-gateway"})
+        body = b"" if request.method == "HEAD" else dump_bytes({"status": "ok", "service": "tracetap-gateway"})
         return Reply(200, body)
 
     async def _close(self, request: Request, route: routes.Route, binding, data: None) -> Reply:
@@ -218,7 +256,19 @@ class GatewayService:
             raise Reject(404, f"no session {sid!r} in this store", "not_found")
         await asyncio.to_thread(self.writer.close_session, sid)
         self.registered.discard(sid)
-        return Reply(200, _dumps({"session_id": sid, "status": "closed"}))
+        return Reply(200, dump_bytes({"session_id": sid, "status": "closed"}))
+
+    async def _register(self, request: Request, route: routes.Route, binding, data: None) -> Reply:
+        """Name a session's task and harness before its harness runs; its id then binds as an API key."""
+        try:
+            given = parse_registration(request.body)
+        except RegistrationError as exc:
+            raise Reject(exc.status, str(exc)) from None
+        row = await asyncio.to_thread(self.writer.register_session, given.session_id, given.task_id,
+                                      given.harness, given.metadata)
+        self.registered.add(given.session_id)
+        return Reply(200, dump_bytes({"session_id": given.session_id, "task_id": row["task_id"],
+                                  "harness": row["harness"], "status": row["status"]}))
 
     async def _not_found(self, request: Request, route: routes.Route, binding, data: None) -> Reply:
         path = split_prefix(request.path)[1]
@@ -234,10 +284,19 @@ class GatewayService:
                 logger.exception("idle compaction failed")
 
 
+def _unrecorded_kind(request: Request, status: int) -> str | None:
+    """Which of UNRECORDED_KINDS (store/schema.py) this call counts as; None when it is recorded."""
+    if request.recorded or request.endpoint == routes.SESSION_CLOSE:
+        return None
+    if status >= 400:
+        return "server_error" if status >= 500 else "client_error"
+    return _UNRECORDED.get(request.endpoint)
+
+
 def error_reply(api: str, status: int, message: str, kind: str) -> Reply:
     """An error in the caller's API shape (OpenAI's when that API has no adapter yet)."""
     adapter = ADAPTERS.get(api) or ADAPTERS[FALLBACK_API]
-    return Reply(status, _dumps(adapter.error_body(status, message, kind)))
+    return Reply(status, dump_bytes(adapter.error_body(status, message, kind)))
 
 
 def _adapter(api: str):
@@ -253,5 +312,11 @@ def _translate(adapter, data: dict, ctx: RequestContext) -> dict:
         raise Reject(exc.status, str(exc), exc.kind) from None
 
 
-def _dumps(value: object) -> bytes:
-    return json_text(value).encode()
+def _answered(call: Call, result: UpstreamResult) -> None:
+    """What the upstream's answer tells the record; problems make the call `degraded`."""
+    call.chat_request, call.capture, call.upstream_ms = result.request, result.capture, result.ms
+    call.served_model = result.body.get("model") or call.served_model
+    call.metadata = result.metadata
+    if result.capture.problems:
+        call.status, call.error = "degraded", "; ".join(result.capture.problems)
+

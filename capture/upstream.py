@@ -13,23 +13,35 @@ import json
 import time
 from dataclasses import dataclass, field
 
+from tracetap.capture import answer_fields as fields
+from tracetap.capture.answer_fields import InvalidAnswer
 from tracetap.capture.http1 import Pool, Response
+from tracetap.capture.json_body import parse_body
+from tracetap.capture.jsontext import dump_bytes
 
 KINDS = ("vllm", "sglang")
 SESSION_HEADER = "x-tracetap-session"
 JSON_HEADERS = {"content-type": "application/json", "accept": "application/json"}
 _META_TOKEN_KEYS = ("output_token_logprobs", "output_top_logprobs", "input_token_logprobs",
                     "input_top_logprobs", "prompt_token_ids", "output_ids")
+NO_CHOICES = "upstream sent no choices"
+STREAMED = "upstream answered a non-streaming call with an SSE stream"
+_PASSED_HEADERS = ("retry-after",)  # upstream error headers the caller gets too (when to retry a 429)
+
+__all__ = ["InvalidAnswer", "TokenCapture", "UpstreamClient", "UpstreamError", "UpstreamResult",
+           "parse_chat_response", "parse_chat_stream", "with_token_flags"]
 
 
 class UpstreamError(Exception):
     """A failed upstream call. kind: timeout (504) | unreachable (502) | invalid (502) | http (its status)."""
 
-    def __init__(self, kind: str, message: str, status: int, body: dict | None = None):
+    def __init__(self, kind: str, message: str, status: int, body: object = None,
+                 headers: dict[str, str] | None = None):
         super().__init__(message)
         self.kind = kind
         self.status = status
-        self.body = body
+        self.body = body  # the upstream's answer as it came (JSON value, or its text), kept in the record
+        self.headers = headers or {}  # upstream headers to pass on to the caller (Retry-After)
         self.request: dict | None = None  # what was sent, when the call got that far
         self.metadata: dict = {}  # added to the record's metadata_json (replay provenance)
 
@@ -48,6 +60,7 @@ class TokenCapture:
     prompt_tokens: int | None
     completion_tokens: int | None
     body: dict = field(default_factory=dict)  # the answer without token arrays
+    problems: list[str] = field(default_factory=list)  # why it is not training data: the call is `degraded`
 
 
 @dataclass
@@ -66,7 +79,7 @@ def with_token_flags(chat_request: dict, kind: str = "vllm") -> dict:
     A client that asked for `top_logprobs: k` gets k alternatives; otherwise none are computed.
     """
     sent = {k: v for k, v in chat_request.items() if k != "stream_options"}
-    asked = chat_request.get("logprobs") is True and _is_int(chat_request.get("top_logprobs"))
+    asked = chat_request.get("logprobs") is True and fields.is_int(chat_request.get("top_logprobs"))
     top = chat_request["top_logprobs"] if asked else 0
     sent.update(stream=False, logprobs=True, top_logprobs=top)
     if kind == "sglang":
@@ -77,24 +90,43 @@ def with_token_flags(chat_request: dict, kind: str = "vllm") -> dict:
 
 
 def parse_chat_response(body: dict, kind: str = "vllm") -> TokenCapture:
-    """Token data of a non-streaming chat answer; never a partly filled logprob list."""
+    """Token data of a non-streaming chat answer, every field checked (capture/answer_fields.py).
+
+    Raises InvalidAnswer when a field has a type the store cannot hold. An answer that is well typed
+    but not training data (no ids, logprobs that do not line up) comes back with its `problems`.
+    """
     body = sglang_to_vllm(body) if kind == "sglang" else body
-    choice = (body.get("choices") or [{}])[0]
-    ids = _int_list(choice.get("token_ids"))
-    entries = (choice.get("logprobs") or {}).get("content")
-    usage = body.get("usage") or {}
+    choices = fields.objects(body.get("choices"), "choices")
+    choice = choices[0] if choices else {}
+    message = fields.mapping(choice.get("message"), "choices[0].message")
+    for name in ("content", "reasoning", "reasoning_content"):
+        fields.text(message.get(name), f"choices[0].message.{name}")
+    ids = fields.token_ids(choice.get("token_ids"), "choices[0].token_ids")
+    prompt = fields.token_ids(body.get("prompt_token_ids"), "prompt_token_ids")
+    entries = fields.mapping(choice.get("logprobs"), "choices[0].logprobs").get("content")
+    logprobs, logprob_problem = fields.aligned_logprobs(entries, ids)
+    usage = fields.usage(body.get("usage"))
+    fields.text(body.get("model"), "model")
     return TokenCapture(
-        prompt_token_ids=_int_list(body.get("prompt_token_ids")),
-        completion_token_ids=ids,
-        logprobs=_aligned_logprobs(entries, ids),
-        top_logprobs=_aligned_top(entries, ids),
-        finish_reason=choice.get("finish_reason"),
-        stop_reason=choice.get("stop_reason"),
-        tool_calls=_tool_calls((choice.get("message") or {}).get("tool_calls")),
-        prompt_tokens=usage.get("prompt_tokens"),
-        completion_tokens=usage.get("completion_tokens"),
+        prompt_token_ids=prompt, completion_token_ids=ids, logprobs=logprobs,
+        top_logprobs=fields.top_logprobs(entries) if logprobs is not None else None,
+        finish_reason=fields.text(choice.get("finish_reason"), "choices[0].finish_reason"),
+        stop_reason=fields.stop_reason(choice.get("stop_reason")),
+        tool_calls=fields.tool_calls(message.get("tool_calls")),
+        prompt_tokens=fields.count(usage.get("prompt_tokens"), "usage.prompt_tokens"),
+        completion_tokens=fields.count(usage.get("completion_tokens"), "usage.completion_tokens"),
         body=strip_token_arrays(body),
+        problems=_problems(choices, prompt, ids, logprob_problem),
     )
+
+
+def _problems(choices: list, prompt: list | None, ids: list | None, logprob_problem: str | None) -> list[str]:
+    """Why a well-typed answer is still not training data (empty: it is)."""
+    if not choices:
+        return [NO_CHOICES]
+    found = [] if ids is not None else ["upstream sent no completion token_ids"]
+    found += [] if prompt is not None else ["upstream sent no prompt_token_ids"]
+    return found + ([logprob_problem] if logprob_problem else [])
 
 
 def parse_chat_stream(sse_text: str) -> TokenCapture:
@@ -164,9 +196,15 @@ def sglang_to_vllm(body: dict) -> dict:
 
     Prompt ids sit on the choice (or in `meta_info`); sampled ids and logprobs come from
     `meta_info.output_token_logprobs` = [[logprob, token_id, text], ...], which is complete even
-    when `logprobs.content` is truncated.
+    when `logprobs.content` is truncated. Raises InvalidAnswer when those fields are malformed.
     """
-    out = copy.deepcopy(body)
+    try:
+        return _sglang_fields(copy.deepcopy(body))
+    except (TypeError, ValueError, IndexError, KeyError, AttributeError) as exc:
+        raise InvalidAnswer(f"SGLang token fields are malformed: {exc}") from None
+
+
+def _sglang_fields(out: dict) -> dict:
     choice = (out.get("choices") or [{}])[0]
     meta = choice.get("meta_info") or out.get("meta_info") or {}
     prompt = choice.pop("prompt_token_ids", None) or meta.get("prompt_token_ids")
@@ -196,48 +234,6 @@ def strip_token_arrays(body: dict) -> dict:
     out = {k: v for k, v in body.items() if k != "prompt_token_ids"}
     out["choices"] = [{k: v for k, v in c.items() if k not in ("token_ids", "logprobs")}
                       for c in body.get("choices") or []]
-    return out
-
-
-def _is_int(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _int_list(value: object) -> list[int] | None:
-    return [int(v) for v in value] if isinstance(value, list) else None
-
-
-def _aligned_logprobs(entries: object, ids: list[int] | None) -> list[float] | None:
-    if not isinstance(entries, list) or ids is None or len(entries) != len(ids):
-        return None
-    values = [e.get("logprob") if isinstance(e, dict) else None for e in entries]
-    if not all(isinstance(v, int | float) and not isinstance(v, bool) for v in values):
-        return None
-    return [float(v) for v in values]
-
-
-def _aligned_top(entries: object, ids: list[int] | None) -> list[list[dict]] | None:
-    if _aligned_logprobs(entries, ids) is None or not any(e.get("top_logprobs") for e in entries):
-        return None
-    return [[_top_entry(t) for t in e.get("top_logprobs") or []] for e in entries]
-
-
-def _top_entry(top: dict) -> dict:
-    token = top.get("token")
-    token_id = top.get("token_id")
-    if token_id is None and isinstance(token, str) and token.startswith("token_id:"):
-        token_id = int(token.removeprefix("token_id:"))
-    return {"token_id": token_id, "token": token, "logprob": top.get("logprob")}
-
-
-def _tool_calls(calls: object) -> list[dict]:
-    out = []
-    for call in calls if isinstance(calls, list) else []:
-        function = call.get("function") or {}
-        arguments = function.get("arguments")
-        if not isinstance(arguments, str) and arguments is not None:
-            arguments = json.dumps(arguments, ensure_ascii=False)
-        out.append({"id": call.get("id"), "name": function.get("name"), "arguments": arguments})
     return out
 
 
@@ -287,30 +283,36 @@ class UpstreamClient:
         return self.served_model or requested
 
     async def chat(self, chat_request: dict, session_id: str | None = None) -> UpstreamResult:
+        """One upstream call. Raises UpstreamError, also for an answer the gateway cannot use (502)."""
         sent = with_token_flags(chat_request, self.kind)
         headers = {SESSION_HEADER: session_id} if session_id else {}
         started = time.perf_counter()
         try:
-            body = _decode(await self._post("/v1/chat/completions", sent, headers))
+            response = await self._post("/v1/chat/completions", sent, headers)
+            result = _result(sent, response, self.kind)
         except UpstreamError as exc:
             exc.request = sent
             raise
-        ms = (time.perf_counter() - started) * 1000
-        vllm_body = sglang_to_vllm(body) if self.kind == "sglang" else body
-        return UpstreamResult(sent, vllm_body, parse_chat_response(vllm_body), ms)
+        result.ms = (time.perf_counter() - started) * 1000
+        return result
 
     async def tokenize(self, chat_request: dict) -> int:
         """Prompt length of a chat request, generation prompt included (vLLM `/tokenize`)."""
         keys = ("model", "messages", "tools", "chat_template_kwargs")
         payload = {k: chat_request[k] for k in keys if k in chat_request}
         payload["add_generation_prompt"] = True
-        return int(_decode(await self._post("/tokenize", payload, {})).get("count", 0))
+        response = await self._post("/tokenize", payload, {})
+        try:
+            return fields.count(_decode(response)[0].get("count"), "count") or 0
+        except InvalidAnswer as exc:
+            raise UpstreamError("invalid", f"the upstream's token count is unusable: {exc}", 502,
+                                _raw(response)) from None
 
     async def aclose(self) -> None:
         await self._pool.aclose()
 
     async def _post(self, path: str, payload: dict, headers: dict) -> Response:
-        body = json.dumps(payload, ensure_ascii=False).encode()
+        body = dump_bytes(payload)
         try:
             return await self._pool.request("POST", path, body, {**JSON_HEADERS, **headers}, self.timeout)
         except TimeoutError as exc:
@@ -319,19 +321,57 @@ class UpstreamClient:
             raise UpstreamError("unreachable", f"upstream {self.base_url} unreachable: {exc}", 502) from exc
 
 
-def _decode(response: Response) -> dict:
-    """The answer as a JSON object (a streamed answer is folded); HTTP errors raise UpstreamError."""
+def _result(sent: dict, response: Response, kind: str) -> UpstreamResult:
+    """The parsed answer; one the gateway cannot use is an `invalid` UpstreamError keeping the raw body."""
+    body, streamed = _decode(response)
     try:
-        body = json.loads(response.content) if response.content else None
+        vllm_body = sglang_to_vllm(body) if kind == "sglang" else body
+        capture = parse_chat_response(vllm_body)
+    except InvalidAnswer as exc:
+        raise UpstreamError("invalid", f"the upstream's answer is unusable: {exc}", 502, _raw(response)) from None
+    if streamed:
+        capture.problems.insert(0, STREAMED)
+    return UpstreamResult(sent, vllm_body, capture, 0.0)
+
+
+def _decode(response: Response) -> tuple[dict, bool]:
+    """(the answer as a JSON object, whether it came as an SSE stream, then folded).
+
+    HTTP errors raise UpstreamError with the upstream's status and its Retry-After."""
+    try:
+        body = parse_body(response.content) if response.content else None  # strict: no NaN, bounded
     except ValueError:
         body = None
-    if body is None and "text/event-stream" in response.content_type:
-        body = fold_chat_stream(response.content.decode("utf-8", "replace"))
+    streamed = body is None and _is_stream(response)
+    if streamed:
+        body = _folded(response)
     if response.status >= 400:
-        text = response.content.decode("utf-8", "replace")[:2000]
+        text = response.content.decode("utf-8", "surrogateescape")[:2000]
         parsed = body if isinstance(body, dict) else {"error": {"message": text}}
         message = error_message(parsed, f"upstream answered HTTP {response.status}")
-        raise UpstreamError("http", message, response.status, parsed)
+        passed = {name: response.headers[name] for name in _PASSED_HEADERS if name in response.headers}
+        raise UpstreamError("http", message, response.status, parsed, passed)
     if not isinstance(body, dict):
-        raise UpstreamError("invalid", "upstream answered with a body that is not a JSON object", 502)
-    return body
+        raise UpstreamError("invalid", "upstream answered with a body that is not a JSON object", 502,
+                            _raw(response))
+    return body, streamed
+
+
+def _is_stream(response: Response) -> bool:
+    return "text/event-stream" in response.content_type or response.content.lstrip().startswith(b"data:")
+
+
+def _folded(response: Response) -> dict:
+    try:
+        return fold_chat_stream(response.content.decode("utf-8", "surrogateescape"))
+    except (ValueError, TypeError, AttributeError, KeyError) as exc:
+        raise UpstreamError("invalid", f"upstream answered with a malformed SSE stream: {exc}", 502,
+                            _raw(response)) from None
+
+
+def _raw(response: Response) -> object:
+    """The upstream's body as it came: its JSON value, else its text (kept in the failed call's record)."""
+    try:
+        return json.loads(response.content)
+    except ValueError:
+        return response.content.decode("utf-8", "surrogateescape")

@@ -1,5 +1,6 @@
--- Error rates by status: calls per outcome (ok, upstream_error, timeout, client_error) and HTTP
--- status, the sessions they touched, their share of all calls, and one example error message.
+-- Error rates by status: calls per outcome (ok, degraded, upstream_error, timeout, client_error) and
+-- HTTP status, the sessions they touched, their share of all calls, and one example error message
+-- (for degraded calls: what the upstream's answer lacked, e.g. "upstream sent no completion token_ids").
 -- @param session_id (str, default null): only this session (null: every session)
 SELECT
     status,

@@ -17,6 +17,7 @@ from tracetap.report.session_view import (
     INTER,
     PROMPT,
     TRAIN,
+    BreakView,
     SessionView,
     TokenView,
     TraceView,
@@ -42,7 +43,8 @@ pre{white-space:pre-wrap;word-break:break-word;margin:.3em 0;background:#f6f7f9;
 .msg .role{font-weight:600;color:#5b4a8b}
 .tools li{margin:.2em 0}.tools code{font-weight:600}
 .legend span{margin-right:1em;padding:0 .4em}
-.trace{margin:1em 0}.break{color:#8a4b00;font-weight:600}
+.trace{margin:1em 0}.break{color:#8a4b00;font-weight:600}.thread{color:#1f5f99;font-weight:600}
+.breakpoint pre{margin:.1em 0}.breakpoint b{display:inline-block;width:4em}
 .tokens{font:12px/1.7 ui-monospace,SFMono-Regular,Menlo,monospace;white-space:pre-wrap;word-break:break-all;
  border:1px solid #dde;padding:.5em}
 .p{background:#e4e7eb;color:#4a525a}.t{background:#a8e6b8}.i{background:#ffd98a}
@@ -105,8 +107,10 @@ def _turn(sid: str, turn: TurnView, level: int) -> str:
                     ("finish", turn.finish_reason), ("prompt", turn.prompt_tokens),
                     ("completion", turn.completion_tokens), ("mean logprob", turn.mean_logprob),
                     ("stream", turn.stream), ("capture", turn.capture_mode)])
+    thread = turn.thread_label()
+    label = f' <span class="thread">{escape(thread)}</span>' if thread else ""
     parts = [f'<article class="turn" id="{escape(sid)}-turn-{turn.seq}" data-seq="{turn.seq}">',
-             f"<h{level}>#{turn.seq} {status} <small>{escape(turn.completion_id)}</small></h{level}>", facts]
+             f"<h{level}>#{turn.seq} {status}{label} <small>{escape(turn.completion_id)}</small></h{level}>", facts]
     if turn.error:
         parts.append(f'<p class="error">{escape(turn.error)}</p>')
     if turn.inputs:
@@ -154,16 +158,28 @@ def _trace(sid: str, trace: TraceView, level: int) -> str:
                     ("calls", ", ".join(f"#{s}" for s in trace.seqs) or None),
                     ("prompt", trace.count(PROMPT)),
                     ("trainable", trace.count(TRAIN)), ("interstitial", trace.count(INTER)),
-                    ("logprobs", "aligned" if trace.logprobs_aligned else "not aligned (null)")])
+                    ("logprobs", "aligned" if trace.logprobs_aligned else "not aligned (null)"),
+                    ("drift", ", ".join(f"{kind} {n}" for kind, n in sorted(trace.drift_kinds.items())) or None)])
     prompt = [token for token in trace.tokens if token.kind == PROMPT]
     response = trace.tokens[len(prompt):]
     markers = {index - len(prompt): seq for index, seq in span_starts(trace).items()}
     opened = " open" if len(prompt) <= OPEN_PROMPT_TOKENS else ""
     return (f'<section class="trace" id="{escape(sid)}-trace-{trace.trace_index}">'
-            f"<h{level}>{escape(label)}{brk}</h{level}>{facts}"
+            f"<h{level}>{escape(label)}{brk}</h{level}>{facts}{_break_point(trace.break_point)}"
             f"<details{opened}><summary>prompt: {len(prompt)} tokens</summary>"
             f'<div class="tokens">{"".join(map(_token, prompt))}</div></details>'
             f'<div class="tokens">{_response(response, markers)}</div></section>')
+
+
+def _break_point(point: BreakView | None) -> str:
+    """Where the prompt left the previous segment's, with the decoded text on both sides."""
+    if point is None:
+        return ""
+    origin = f" (where it leaves #{point.seq}'s prompt)" if point.seq is not None else ""
+    sides = "".join(f"<pre><b>{name}</b>{escape(visible_text(text))}</pre>"
+                    for name, text in (("before", point.before), ("was", point.was), ("now", point.now)))
+    return (f'<div class="breakpoint"><span class="break">break at prompt token {point.position}'
+            f"{escape(origin)}</span>{sides}</div>")
 
 
 def _response(tokens: list[TokenView], markers: dict[int, int]) -> str:

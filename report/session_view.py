@@ -23,7 +23,8 @@ HEAT_FLOORS = (-0.5, -2.0, -5.0, -10.0)  # heat level k: logprob >= HEAT_FLOORS[
 
 TURN_COLUMNS = ("seq, completion_id, api, stream, requested_model, served_model, status, http_status, error, "
                 "finish_reason, prompt_tokens, completion_tokens, upstream_ms, gateway_ms, tool_calls, "
-                "logprobs, completion_token_ids, chat_request_json, chat_response_json, metadata_json")
+                "logprobs, completion_token_ids, chat_request_json, chat_response_json, metadata_json, "
+                "chain_index, side_call")
 TRACE_COLUMNS = ("trace_index, chain_index, segment_index, completion_ids, prompt_token_ids, "
                  "response_token_ids, loss_mask, response_logprobs, finish_reason, break_reason, status, "
                  "metadata_json")
@@ -70,6 +71,14 @@ class TurnView:
     reasoning: str | None
     mean_logprob: float | None
     capture_mode: str | None
+    chain_index: int | None = None  # its thread in the prefix_merging traces (None until built)
+    side_call: bool | None = None  # offers no tools while the session's other calls do
+
+    def thread_label(self) -> str | None:
+        """`chain N`, `side call`, both, or None: which thread of the session the call belongs to."""
+        parts = [f"chain {self.chain_index}" if self.chain_index is not None else None,
+                 "side call" if self.side_call else None]
+        return " · ".join(part for part in parts if part) or None
 
     def model_label(self, arrow: str) -> str | None:
         """The served model, or `requested ARROW served` when the harness asked for another name."""
@@ -92,6 +101,18 @@ class TokenView:
         return heat_level(self.logprob) if self.kind == TRAIN and self.logprob is not None else None
 
 
+@dataclass(frozen=True, slots=True)
+class BreakView:
+    """Where a segment's prompt left the previous segment's tip, decoded: the shared text just before
+    the break, then what the old tip had (`was`) and what the new prompt has (`now`) from there."""
+
+    position: int  # token index in the new prompt
+    seq: int | None  # the call whose prompt was the old tip
+    before: str
+    was: str
+    now: str
+
+
 @dataclass(slots=True)
 class TraceView:
     trace_index: int
@@ -104,6 +125,8 @@ class TraceView:
     seqs: list[int]
     logprobs_aligned: bool
     tokens: list[TokenView]
+    break_point: BreakView | None = None
+    drift_kinds: dict[str, int] = field(default_factory=dict)  # drift tokens by kind (builders/drift.py)
 
     def count(self, kind: str) -> int:
         return sum(1 for token in self.tokens if token.kind == kind)
@@ -194,6 +217,7 @@ def _turn(row: dict, decode: Callable[[int], str]) -> TurnView:
         reasoning=_as_text(message.get("reasoning") or message.get("reasoning_content")),
         mean_logprob=sum(logprobs) / len(logprobs) if logprobs else None,
         capture_mode=(_json(row["metadata_json"]) or {}).get("capture_mode"),
+        chain_index=row["chain_index"], side_call=row["side_call"],
     )
 
 
@@ -233,7 +257,9 @@ def _as_text(content: object) -> str | None:
 def _trace(row: dict, decode: Callable[[int], str], seq_of: dict[str, int]) -> TraceView:
     prompt, response = row["prompt_token_ids"] or [], row["response_token_ids"] or []
     mask, logprobs = row["loss_mask"] or [0] * len(response), row["response_logprobs"]
-    sampled_by = _sampler_by_position(_json(row["metadata_json"]), seq_of)
+    metadata = _json(row["metadata_json"])
+    trace_facts = (metadata or {}).get("trace") or {}
+    sampled_by = _sampler_by_position(metadata, seq_of)
     tokens = [TokenView(t, decode(t), PROMPT, None) for t in prompt]
     tokens += [TokenView(t, decode(t), TRAIN if m else INTER, logprobs[i] if logprobs is not None else None,
                          sampled_by.get(i)) for i, (t, m) in enumerate(zip(response, mask, strict=True))]
@@ -243,7 +269,22 @@ def _trace(row: dict, decode: Callable[[int], str], seq_of: dict[str, int]) -> T
         break_reason=row["break_reason"], status=row["status"], finish_reason=row["finish_reason"],
         completion_ids=cids, seqs=[seq_of[c] for c in cids if c in seq_of],
         logprobs_aligned=logprobs is not None, tokens=tokens,
+        break_point=_break(trace_facts.get("break"), decode, seq_of), drift_kinds=_drift_kinds(trace_facts),
     )
+
+
+def _break(point: dict | None, decode: Callable[[int], str], seq_of: dict[str, int]) -> BreakView | None:
+    if not isinstance(point, dict):
+        return None
+    text = {side: "".join(decode(t) for t in point.get(side) or ()) for side in ("before", "was", "now")}
+    return BreakView(position=point.get("position"), seq=seq_of.get(point.get("completion_id")), **text)
+
+
+def _drift_kinds(trace_facts: dict) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for span in trace_facts.get("drift") or ():
+        counts[span["kind"]] = counts.get(span["kind"], 0) + span["tokens"]
+    return counts
 
 
 def _sampler_by_position(metadata: dict | None, seq_of: dict[str, int]) -> dict[int, int]:

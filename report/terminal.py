@@ -14,6 +14,7 @@ from tracetap.report.session_view import (
     INTER,
     PROMPT,
     TRAIN,
+    BreakView,
     SessionView,
     TokenView,
     TraceView,
@@ -63,7 +64,9 @@ def _turn(turn: TurnView) -> list[str]:
     facts = _join([("http", turn.http_status), ("upstream_ms", turn.upstream_ms),
                    ("gateway_ms", turn.gateway_ms), ("finish", turn.finish_reason), ("tokens", tokens),
                    ("mean_logprob", turn.mean_logprob)])
-    lines = [f"{click.style(f'#{turn.seq}', bold=True)} {turn.api}  {model}  {status}  {facts}"]
+    thread = turn.thread_label()
+    label = f"  {click.style(f'[{thread}]', fg='cyan')}" if thread else ""
+    lines = [f"{click.style(f'#{turn.seq}', bold=True)} {turn.api}  {model}  {status}{label}  {facts}"]
     if turn.error:
         lines.append(click.style(f"    error: {turn.error}", fg="red"))
     lines += [f"    {click.style(m.role, fg='magenta')}: {_short(m.text)}" for m in turn.inputs]
@@ -89,15 +92,31 @@ def _traces(view: SessionView) -> list[str]:
     lines = [click.style(f"trajectories ({view.builder}): {len(view.traces)}", bold=True),
              f"legend: {legend} {underline}", ""]
     for trace in view.traces:
-        lines += [_trace_header(trace), _tokens(trace), ""]
+        lines += [_trace_header(trace), *_break_lines(trace.break_point), _tokens(trace), ""]
     return lines
+
+
+def _break_lines(point: BreakView | None) -> list[str]:
+    """The break's position and the decoded text on both sides of it."""
+    if point is None:
+        return []
+    origin = f" (where it leaves #{point.seq}'s prompt)" if point.seq is not None else ""
+    return [click.style(f"  break at prompt token {point.position}{origin}", fg="red"),
+            f"    before: …{_shown(point.before)}",
+            f"    was:    {_shown(point.was)}…",
+            f"    now:    {_shown(point.now)}…"]
+
+
+def _shown(text: str) -> str:
+    return visible_text(text).replace("\n", "")
 
 
 def _trace_header(trace: TraceView) -> str:
     facts = _join([("status", trace.status), ("finish", trace.finish_reason),
                    ("calls", ",".join(f"#{s}" for s in trace.seqs)), ("prompt", trace.count(PROMPT)),
                    ("trainable", trace.count(TRAIN)), ("interstitial", trace.count(INTER)),
-                   ("logprobs", "aligned" if trace.logprobs_aligned else "not aligned")])
+                   ("logprobs", "aligned" if trace.logprobs_aligned else "not aligned"),
+                   ("drift", ", ".join(f"{kind} {n}" for kind, n in sorted(trace.drift_kinds.items())))])
     title = f"trace {trace.trace_index} · chain {trace.chain_index} · segment {trace.segment_index}"
     brk = click.style(f"  break: {trace.break_reason}", fg="red") if trace.break_reason else ""
     return f"{click.style(title, bold=True)}{brk}  {facts}"

@@ -6,17 +6,25 @@ empty views with the schema's columns and types. Files are read without hive par
 `session_id` (and `builder`) are real columns inside every file. The completions view applies the
 compaction visibility rule (see store/compaction.py) within one directory listing, so a query never
 sees a superseded file's rows twice. Views have no defined row order: use ORDER BY session_id, seq.
+
+The completions view also carries each call's thread (VIEW_COLUMNS): its `chain_index`, read from the
+`prefix_merging` trajectories when they are built (the chain of the trace that holds the call, or
+whose turn it retried), and `side_call`, true for a call offering no tools in a session whose other
+calls do (a title, a summary, a compaction). The store imports no builder: this is a read-only join.
+Reads follow store/reading.py: a statement or scan that loses a file to compaction runs again.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from tracetap.store import compaction
+from tracetap.store.connection import StoreConnection, duckdb_vanished
 from tracetap.store.files import storage_schema
 from tracetap.store.paths import TABLE_DEPTH, data_files, table_glob
+from tracetap.store.reading import retrying, session_files
 from tracetap.store.schema import TABLES
 
 if TYPE_CHECKING:
@@ -24,6 +32,15 @@ if TYPE_CHECKING:
     import polars
 
 PART_NUMBER = r"/part-([0-9]+)\.parquet$"
+THREAD_BUILDER = "prefix_merging"
+VIEW_COLUMNS = {"completions": (
+    ("chain_index", "int32", f"chain of the call in the `{THREAD_BUILDER}` traces (null until built)"),
+    ("side_call", "bool", "the request offers no tools while other calls of the session do (a title, "
+                          "a summary, a compaction); null without a chat request"),
+)}
+# tables that gained a column since schema version 1: their files are matched by column name (older
+# files read it as NULL), which costs a schema read per file, so only where needed
+GREW_COLUMNS = ("sessions",)
 
 
 def _sql_string(value: str) -> str:
@@ -38,25 +55,51 @@ def _typed_empty(con: duckdb.DuckDBPyConnection, table: str) -> str:
 
 
 def _source(con: duckdb.DuckDBPyConnection, root: Path, table: str) -> str:
+    by_name = "true" if table in GREW_COLUMNS else "false"
     scan = (f"SELECT * FROM read_parquet({_sql_string(table_glob(root, table))}, filename = true, "
-            "hive_partitioning = false, allow_empty = true)")
+            f"hive_partitioning = false, union_by_name = {by_name}, allow_empty = true)")
     return f"SELECT * FROM ({_typed_empty(con, table)}) UNION ALL BY NAME {scan}"
 
 
-def _view_sql(con: duckdb.DuckDBPyConnection, root: Path, table: str) -> str:
-    columns = ", ".join(f'"{name}"' for name in TABLES[table].names)
-    source = _source(con, root, table)
-    if table != "completions":
-        return f"SELECT {columns} FROM ({source})"
+def _columns(table: str) -> str:
+    return ", ".join(f'"{name}"' for name in TABLES[table].names)
+
+
+def _visible_completions(con: duckdb.DuckDBPyConnection, root: Path) -> str:
     # N = highest part per session; visible: part-N and per-completion files with seq >= N
     part = f"TRY_CAST(regexp_extract(filename, '{PART_NUMBER}', 1) AS BIGINT)"
-    numbered = f"SELECT *, {part} AS _part FROM ({source})"
+    numbered = f"SELECT *, {part} AS _part FROM ({_source(con, root, 'completions')})"
     windowed = f"SELECT *, max(_part) OVER (PARTITION BY session_id) AS _covered FROM ({numbered})"
-    return (f"SELECT {columns} FROM ({windowed}) "
+    return (f"SELECT {_columns('completions')} FROM ({windowed}) "
             "WHERE CASE WHEN _part IS NULL THEN seq >= coalesce(_covered, 0) ELSE _part = _covered END")
 
 
-def connect(root: Path | str, decode: Callable[[list[int]], str] | None = None) -> duckdb.DuckDBPyConnection:
+def _threads(con: duckdb.DuckDBPyConnection, root: Path) -> str:
+    """(session_id, completion_id, chain_index) for every call a thread-building trace holds or retried."""
+    retried = "CAST(json_extract_string(metadata_json, '$.trace.retried_completion_ids[*]') AS VARCHAR[])"
+    calls = (f"SELECT session_id, chain_index, unnest(list_concat(completion_ids, coalesce({retried}, []))) "
+             f"AS completion_id FROM ({_source(con, root, 'trajectories')}) "
+             f"WHERE builder = {_sql_string(THREAD_BUILDER)}")
+    return f"SELECT session_id, completion_id, min(chain_index) AS chain_index FROM ({calls}) GROUP BY ALL"
+
+
+def _completions_sql(con: duckdb.DuckDBPyConnection, root: Path) -> str:
+    tools = "json_array_length(chat_request_json, '$.tools') > 0"
+    offers_tools = f"CASE WHEN chat_request_json IS NULL THEN NULL ELSE coalesce({tools}, false) END"
+    with_tools = f"SELECT *, {offers_tools} AS _tools FROM ({_visible_completions(con, root)})"
+    return (f"SELECT c.{_columns('completions').replace(', ', ', c.')}, t.chain_index::INTEGER AS chain_index, "
+            "NOT c._tools AND bool_or(c._tools) OVER (PARTITION BY c.session_id) AS side_call "
+            f"FROM ({with_tools}) c LEFT JOIN ({_threads(con, root)}) t "
+            "ON c.session_id = t.session_id AND c.completion_id = t.completion_id")
+
+
+def _view_sql(con: duckdb.DuckDBPyConnection, root: Path, table: str) -> str:
+    if table == "completions":
+        return _completions_sql(con, root)
+    return f"SELECT {_columns(table)} FROM ({_source(con, root, table)})"
+
+
+def connect(root: Path | str, decode: Callable[[list[int]], str] | None = None) -> StoreConnection:
     """An in-memory DuckDB connection with views `completions, sessions, rewards, trajectories`.
 
     With `decode`, the SQL function `decode(ids INTEGER[]) -> VARCHAR` calls it (NULL for NULL).
@@ -68,11 +111,12 @@ def connect(root: Path | str, decode: Callable[[list[int]], str] | None = None) 
         raise FileNotFoundError(f"store {root} does not exist")
     con = duckdb.connect(":memory:")
     con.execute("SET TimeZone = 'UTC'")  # the store's timestamps are UTC; show them so
-    for table in TABLES:
-        con.execute(f"CREATE VIEW {table} AS {_view_sql(con, root.resolve(), table)}")
+    for table in TABLES:  # creating a view reads its files' schemas: compaction may move them
+        sql = f"CREATE OR REPLACE VIEW {table} AS {_view_sql(con, root.resolve(), table)}"
+        retrying(partial(con.execute, sql), duckdb_vanished)
     if decode is not None:
         con.create_function("decode", lambda ids: decode(list(ids)), ["INTEGER[]"], "VARCHAR")
-    return con
+    return StoreConnection(con)
 
 
 def table_files(root: Path | str, table: str) -> list[Path]:
@@ -81,15 +125,36 @@ def table_files(root: Path | str, table: str) -> list[Path]:
     if table not in TABLE_DEPTH:
         raise ValueError(f"unknown table {table!r}; tables: {', '.join(TABLE_DEPTH)}")
     directories = sorted(Path(root, table).glob("/".join(["*"] * TABLE_DEPTH[table])))
-    pick = compaction.live_files if table == "completions" else data_files
+    pick = session_files if table == "completions" else data_files
     return [path for directory in directories for path in pick(directory)]
 
 
 def scan(root: Path | str, table: str) -> polars.LazyFrame:
-    """`table` as a Polars LazyFrame over the files present now (call again to see newer files)."""
+    """`table` as a Polars LazyFrame; its files are listed each time it is collected."""
+    import polars
+    from polars.io.plugins import register_io_source
+
+    if table not in TABLES:
+        raise ValueError(f"unknown table {table!r}; tables: {', '.join(TABLES)}")
+    schema = polars.from_arrow(storage_schema(TABLES[table]).empty_table()).schema
+
+    def source(with_columns: list[str] | None, predicate: polars.Expr | None, n_rows: int | None,
+               batch_size: int | None):
+        yield retrying(lambda: _collect(Path(root), table, schema, with_columns, predicate, n_rows))
+
+    return register_io_source(source, schema=schema, explain_name=f"tracetap {table}")
+
+
+def _collect(root: Path, table: str, schema: polars.Schema, with_columns: list[str] | None,
+             predicate: polars.Expr | None, n_rows: int | None) -> polars.DataFrame:
+    """What one collect of `scan(root, table)` asks for, read from the files listed now."""
     import polars
 
     files = table_files(root, table)
-    if not files:
-        return polars.from_arrow(storage_schema(TABLES[table]).empty_table()).lazy()
-    return polars.scan_parquet(files, hive_partitioning=False)
+    frame = (polars.scan_parquet(files, schema=schema, hive_partitioning=False, missing_columns="insert")
+             if files else polars.LazyFrame(schema=schema))
+    if predicate is not None:
+        frame = frame.filter(predicate)
+    if with_columns is not None:
+        frame = frame.select(with_columns)
+    return (frame if n_rows is None else frame.head(n_rows)).collect()

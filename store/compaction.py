@@ -16,7 +16,8 @@ a time), so they are neither merged, nor deleted, nor hidden. Stopping at a gap 
 being written can never be skipped.
 
 One race remains for readers: a query that listed the directory just before the deletes may fail
-to open a deleted file (an I/O error, never a wrong answer); re-running it sees the new part.
+to open a deleted file. Deletes go in seq order, oldest part first, and every reader follows
+store/reading.py, which re-runs such a read from a fresh listing that shows the new part.
 """
 
 from __future__ import annotations

@@ -11,7 +11,11 @@ import pyarrow as pa
 SCHEMA_VERSION = 1
 
 API_NAMES = ("openai_chat", "anthropic_messages", "openai_responses", "gemini")
-COMPLETION_STATUSES = ("ok", "upstream_error", "timeout", "client_error")
+# degraded: the upstream answered (the harness got it) but not with training data: no token ids,
+# logprobs that do not line up, no choices, a stream where JSON was asked for; `error` says which
+COMPLETION_STATUSES = ("ok", "degraded", "upstream_error", "timeout", "client_error")
+# calls the gateway answers without recording a completion, counted per session in `sessions`
+UNRECORDED_KINDS = ("probe", "models", "count_tokens", "client_error", "server_error")
 
 
 def _f(name: str, type_: pa.DataType, doc: str, nullable: bool = True) -> pa.Field:
@@ -35,7 +39,7 @@ COMPLETIONS = pa.schema([
     _f("served_model", pa.string(), "model name the upstream served"),
     _f("status", pa.string(), "outcome: " + " | ".join(COMPLETION_STATUSES), False),
     _f("http_status", pa.int32(), "HTTP status returned to the harness"),
-    _f("error", pa.string(), "error message for failed calls"),
+    _f("error", pa.string(), "error message for failed calls; for degraded ones, what the answer lacks"),
     _f("request_json", pa.string(), "the harness's request body, secrets removed"),
     _f("chat_request_json", pa.string(), "normalized Chat Completions request as sent upstream"),
     _f("chat_response_json", pa.string(), "upstream response body without the token arrays"),
@@ -65,6 +69,8 @@ SESSIONS = pa.schema([
     _f("prompt_tokens", pa.int64(), "sum of prompt tokens over ok calls"),
     _f("completion_tokens", pa.int64(), "sum of sampled tokens over ok calls"),
     _f("upstream_failures_json", pa.string(), "upstream failures: {kind: count, last_at, last_kind}"),
+    _f("unrecorded_json", pa.string(), "calls answered but not recorded: {kind: count}, kinds "
+       + " | ".join(UNRECORDED_KINDS)),
     _f("metadata_json", pa.string(), "free-form session metadata"),
 ])
 
@@ -92,7 +98,7 @@ TRAJECTORIES = pa.schema([
     _f("finish_reason", pa.string(), "finish reason of the last merged completion"),
     _f("break_reason", pa.string(), "why this segment started (null for the first)"),
     _f("status", pa.string(), "ok | not_trainable | error"),
-    _f("reward", pa.float64(), "reward joined at export time (null in the store)"),
+    _f("reward", pa.float64(), "reward joined by a rollout (null in the store otherwise; exports join it)"),
     _f("metadata_json", pa.string(), "reconstruction stats and provenance"),
 ])
 

@@ -5,7 +5,7 @@ atomically and fsync'd before `record_completion` returns, then the session's on
 rewritten. Session state lives in memory after its first touch, so a write never re-reads the store.
 Writes to one session are serialized (seqs hit the disk in order, which compaction relies on);
 different sessions write in parallel. The summary row is rewritten by a background thread right
-after each call (it is derived: a stale one is recounted from the completions on the next load), and
+after each call (it is derived: a writer opening the store recounts every row a crash left stale), and
 synchronously by register_session, close_session, flush and close. One writer process per store:
 a lock file enforces it.
 """
@@ -32,6 +32,7 @@ from tracetap.store.files import (
 )
 from tracetap.store.flusher import Flusher
 from tracetap.store.paths import (
+    SESSION_ID_PATTERN,
     VERSION_FILE,
     completion_name,
     session_dir,
@@ -39,7 +40,16 @@ from tracetap.store.paths import (
     validate_name,
     validate_session_id,
 )
-from tracetap.store.schema import COMPLETION_STATUSES, COMPLETIONS, SCHEMA_VERSION, SESSIONS, TABLES, empty_row
+from tracetap.store.reading import read_session
+from tracetap.store.schema import (
+    COMPLETION_STATUSES,
+    COMPLETIONS,
+    SCHEMA_VERSION,
+    SESSIONS,
+    TABLES,
+    UNRECORDED_KINDS,
+    empty_row,
+)
 from tracetap.store.tables import rows_to_table
 
 FAILED = ("upstream_error", "timeout")
@@ -57,6 +67,7 @@ class _Session:
     row: dict
     next_seq: int
     failures: dict = field(default_factory=dict)
+    unrecorded: dict[str, int] = field(default_factory=dict)
     last_write: float = 0.0
     dirty: bool = False  # has files compaction has not merged yet
     version: int = 0  # bumped on every change of the summary; `saved` is the version on disk
@@ -65,7 +76,12 @@ class _Session:
     save_lock: threading.Lock = field(default_factory=threading.Lock)
 
     def snapshot(self) -> dict:
-        return {**self.row, "upstream_failures_json": json.dumps(self.failures) if self.failures else None}
+        return {**self.row, "upstream_failures_json": _json_or_none(self.failures),
+                "unrecorded_json": _json_or_none(self.unrecorded)}
+
+
+def _json_or_none(counts: dict) -> str | None:
+    return json.dumps(counts) if counts else None
 
 
 def new_completion_id() -> str:
@@ -123,6 +139,7 @@ class StoreWriter:
         self._sessions: dict[str, _Session] = {}
         self._owner = self._open_store()
         self._flusher = Flusher(self._save, delay=SESSION_SAVE_DELAY)
+        self._reconcile()
 
     def _open_store(self):
         for table in (None, *TABLES):
@@ -136,6 +153,23 @@ class StoreWriter:
             owner.close()
             raise StoreError(f"store {self.root} is already open in another StoreWriter") from None
         return owner
+
+    def _reconcile(self) -> None:
+        """Rewrite the summary rows a crash left behind their completions (a kill -9 between a call's
+        durable write and its deferred row save), so readers need not wait for the session's next call.
+        Costs one listing and one row read per session; only stale rows are recounted."""
+        for directory in sorted(Path(self.root, "completions").glob("session_id=*")):
+            sid = directory.name.removeprefix("session_id=")
+            if SESSION_ID_PATTERN.fullmatch(sid) and self._saved_count(sid) != compaction.next_seq(directory):
+                self._sessions[sid] = self._load(sid)  # recounts it
+                self._save(sid)
+
+    def _saved_count(self, sid: str) -> int | None:
+        """How many calls the session row on disk counts (None without a row)."""
+        path = session_file(self.root, sid)
+        if not path.exists():
+            return None
+        return read_parquet([path], SESSIONS, ["completions"]).column("completions")[0].as_py()
 
     def flush(self) -> None:
         """Wait until every session row reflects every recorded call."""
@@ -174,6 +208,17 @@ class StoreWriter:
             state.last_write, state.dirty = time.monotonic(), True
         self._flusher.submit(sid)
         return full
+
+    def note_unrecorded(self, sid: str, kind: str) -> None:
+        """Count a call answered without a completion row (a probe, a model list, a token count, an
+        error), so a session shows everything it sent; saved with the summary row, shortly after."""
+        if kind not in UNRECORDED_KINDS:
+            raise ValueError(f"unrecorded kind must be one of {UNRECORDED_KINDS}, got {kind!r}")
+        state = self._state(validate_session_id(sid))
+        with state.lock:
+            state.unrecorded[kind] = state.unrecorded.get(kind, 0) + 1
+            state.version += 1
+        self._flusher.submit(sid)
 
     def register_session(self, sid: str, task_id: str | None = None, harness: str | None = None,
                          metadata: dict | None = None) -> dict:
@@ -228,12 +273,13 @@ class StoreWriter:
         rows = read_parquet([path], SESSIONS).to_pylist() if path.exists() else []
         state = _Session(directory, path, rows[0] if rows else _new_row(sid), compaction.next_seq(directory))
         state.failures = json.loads(state.row["upstream_failures_json"] or "{}")
+        state.unrecorded = json.loads(state.row["unrecorded_json"] or "{}")
         if state.row["completions"] != state.next_seq:
             self._recount(state)
         return state
 
     def _recount(self, state: _Session) -> None:
-        table = read_parquet(compaction.live_files(state.directory), COMPLETIONS, _RECOUNT_COLUMNS)
+        table = read_session(state.directory, _RECOUNT_COLUMNS)
         status = state.row["status"]
         state.row.update(completions=0, prompt_tokens=0, completion_tokens=0, started_at=None)
         state.failures = {}

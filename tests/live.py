@@ -14,12 +14,13 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
+import pyarrow.parquet as pq
 from tracetap.capture.upstream import TokenCapture, parse_chat_response, parse_chat_stream
 from tracetap.store import connect
 
@@ -106,13 +107,27 @@ def store_rows(store: Path, where: str = "true", params: list | None = None) -> 
         return [dict(zip(names, values, strict=True)) for values in cursor.fetchall()]
 
 
+def _data_digest(store: Path, path: Path) -> str | None:
+    """sha256 of a file's data. A sessions row is hashed without `unrecorded_json` (the count of calls
+    answered without a completion, which every call may bump), and is None when that is all it holds."""
+    if path.relative_to(store).parts[0] != "sessions" or path.suffix != ".parquet":
+        return hashlib.sha256(path.read_bytes()).hexdigest()
+    row = pq.read_table(path).to_pylist()[0]
+    row.pop("unrecorded_json", None)
+    if not row["completions"] and not any(row[k] for k in ("task_id", "harness", "metadata_json")):
+        return None
+    return hashlib.sha256(json.dumps(row, default=str, sort_keys=True).encode()).hexdigest()
+
+
 def settled_snapshot(store: Path, timeout: float = 10.0) -> dict[str, str]:
-    """The store's files and their sha256, read once they stop changing: the writer saves session rows
-    on a background thread shortly after each call, so an immediate read can race that save."""
+    """The store's data files and their digests (see _data_digest), read once they stop changing: the
+    writer saves session rows on a background thread shortly after each call, so an immediate read
+    can race that save. Equal snapshots: no call wrote any data (counting unrecorded calls aside)."""
     previous, steady, deadline = None, 0, time.monotonic() + timeout
     while time.monotonic() < deadline:
-        current = {str(p.relative_to(store)): hashlib.sha256(p.read_bytes()).hexdigest()
+        digests = {str(p.relative_to(store)): _data_digest(store, p)
                    for p in sorted(store.rglob("*")) if p.is_file() and p.name != ".writer.lock"}
+        current = {name: digest for name, digest in digests.items() if digest is not None}
         quiet = current == previous and not any(name.endswith(".tmp") for name in current)
         steady = steady + 1 if quiet else 0
         if steady == 3:  # unchanged for ~0.6 s: well past the writer's 50 ms batching of session rows
@@ -122,12 +137,17 @@ def settled_snapshot(store: Path, timeout: float = 10.0) -> dict[str, str]:
     raise AssertionError(f"the store at {store} kept changing for {timeout} s")
 
 
+Answer = Callable[[dict], tuple[int, bytes, dict[str, str]]]  # request body -> (status, body, headers)
+
+
 @dataclass
 class Plan:
-    """How the stub answers one session: a fixture's body and status, after `delay` seconds."""
+    """How the stub answers one session: a fixture's body and status, after `delay` seconds; or, with
+    `answer`, whatever that function makes of the request (a misbehaving upstream)."""
 
     fixture: str = "chat_basic"
     delay: float = 0.0
+    answer: Answer | None = None
 
 
 @dataclass
@@ -188,15 +208,21 @@ def _stub_handler(stub: StubUpstream) -> type[BaseHTTPRequestHandler]:
             stub.requests.append((headers, body))
             plan = stub.plan_for(headers.get("x-tracetap-session"))
             time.sleep(plan.delay)
+            if plan.answer is not None:
+                status, payload, extra = plan.answer(body)
+                return self._send(status, payload, extra.get("content-type", "application/json"), extra)
             self._send_fixture(plan.fixture)
 
         def _send_fixture(self, name: str) -> None:
             self._send(INDEX[name]["status"], fixture_body(name), INDEX[name]["content_type"])
 
-        def _send(self, status: int, payload: bytes, content_type: str) -> None:
+        def _send(self, status: int, payload: bytes, content_type: str, extra: dict | None = None) -> None:
             try:
                 self.send_response(status)
                 self.send_header("content-type", content_type)
+                for name, value in (extra or {}).items():
+                    if name != "content-type":
+                        self.send_header(name, value)
                 self.send_header("content-length", str(len(payload)))
                 self.end_headers()
                 self.wfile.write(payload)

@@ -2,10 +2,14 @@
 
 It is the demo's stand-in for a real harness: it talks Chat Completions to whatever base URL it is
 given (the gateway), and executes the tools the model asks for inside one workspace directory.
+`python -m tracetap.agent INSTRUCTION` runs it as a harness CLI would (the rollout `builtin` preset):
+base URL, session id and task id default to `$OPENAI_BASE_URL`, `$OPENAI_API_KEY` and `$TASK_ID`.
 """
 
 from __future__ import annotations
 
+import argparse
+import dataclasses
 import json
 import os
 import subprocess
@@ -107,3 +111,34 @@ def run_agent(base_url: str, session_id: str, task: str, workspace: Path, model:
             output = execute_tool(workspace, call.function.name, call.function.arguments)
             messages.append({"role": "tool", "tool_call_id": call.id, "content": output})
     return run
+
+
+def _arguments(argv: list[str] | None) -> argparse.Namespace:
+    env = os.environ
+    parser = argparse.ArgumentParser(prog="python -m tracetap.agent", description="Run the demo agent once.")
+    parser.add_argument("instruction")
+    parser.add_argument("--base-url", default=env.get("OPENAI_BASE_URL"), help="default: $OPENAI_BASE_URL")
+    parser.add_argument("--session-id", default=env.get("OPENAI_API_KEY"), help="default: $OPENAI_API_KEY")
+    parser.add_argument("--task-id", default=env.get("TASK_ID"), help="default: $TASK_ID")
+    parser.add_argument("--workspace", type=Path, default=Path.cwd(), help="default: the current directory")
+    parser.add_argument("--model", default="demo-model")
+    parser.add_argument("--max-turns", type=int, default=12)
+    args = parser.parse_args(argv)
+    if not args.base_url or not args.session_id:
+        parser.error("a base URL and a session id are needed (flags or $OPENAI_BASE_URL / $OPENAI_API_KEY)")
+    if args.max_turns < 1:
+        parser.error("--max-turns must be at least 1")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run once and print the run as JSON (turns, tool calls, final message)."""
+    args = _arguments(argv)
+    run = run_agent(args.base_url, args.session_id, args.instruction, args.workspace, model=args.model,
+                    max_turns=args.max_turns, task_id=args.task_id)
+    print(json.dumps(dataclasses.asdict(run)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

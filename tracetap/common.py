@@ -61,6 +61,8 @@ def _cell(value: object) -> str:
         text = value.isoformat(sep=" ", timespec="seconds")
     elif isinstance(value, float):
         text = f"{value:.6g}"
+    elif isinstance(value, dict):  # a MAP column: key=value pairs
+        text = " ".join(f"{key}={item}" for key, item in value.items())
     else:
         text = str(value)
     text = text.replace("\n", "\\n")

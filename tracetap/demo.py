@@ -127,10 +127,11 @@ def process(result: DemoResult, say: Callable[[str], None]) -> None:
     """Offline stage: build, evaluate, export, summarize, report."""
     from tracetap.builders import build
     from tracetap.builders.exports import export
+    from tracetap.common import decode
     from tracetap.evaluators.runner import evaluate_store
 
     for builder in ("per_request", "prefix_merging"):
-        summary = build(result.store, builder)
+        summary = build(result.store, builder, decode=decode)
         say(f"built {builder}: {summary.to_dict().get('traces')} traces")
     evaluate_store(result.store, "test_on_output", {"test_command": TEST_COMMAND, "expected": EXPECTED},
                    workspace_root=result.out_dir / "workspaces", timeout=120)

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from tracetap.capture.json_body import json_text
+from tracetap.capture.jsontext import dumps, escape_surrogates
 
 
 class AdapterError(ValueError):
@@ -63,9 +63,9 @@ def request_body(ctx: RequestContext) -> dict:
 
 def sse_frame(data: dict | str, event: str | None = None) -> bytes:
     """One SSE frame: optional `event:` line, one single-line `data:` line, blank line."""
-    payload = data if isinstance(data, str) else json_text(data)
+    payload = data if isinstance(data, str) else dumps(data)
     head = f"event: {event}\n" if event else ""
-    return f"{head}data: {payload}\n\n".encode()
+    return escape_surrogates(f"{head}data: {payload}\n\n").encode()
 
 
 def first_choice(chat: dict) -> dict:

@@ -76,11 +76,11 @@ def synthetic_signature(text: str) -> str:
 
     The same text always gets the same value, so a round trip through the harness is stable.
     """
-    digest = hashlib.sha256(text.encode()).digest()
+    digest = hashlib.sha256(text.encode("utf-8", "surrogatepass")).digest()
     return SIGNATURE_PREFIX + base64.urlsafe_b64encode(digest).decode().rstrip("=")
 
 
 def stable_hex(*parts: object, length: int = 24) -> str:
     """Deterministic hex id material derived from `parts` (e.g. a completion id and an index)."""
     joined = "\x1f".join(str(part) for part in parts)
-    return hashlib.sha256(joined.encode()).hexdigest()[:length]
+    return hashlib.sha256(joined.encode("utf-8", "surrogatepass")).hexdigest()[:length]

@@ -2,9 +2,9 @@
 
 Requests: shapes are checked against `schemas.openai_chat` (a 400 naming the field instead of an
 upstream pydantic dump), `developer` becomes `system`, `max_completion_tokens` becomes `max_tokens`,
-OpenAI-only keys an engine rejects are dropped, and the model becomes the served one. Responses:
-the upstream body with the harness's own model name and without token arrays; streams are replayed
-as chunks (protocols.md §4.1).
+only the fields the upstream API defines are forwarded (chat_fields.py: never an `api_key` or SDK
+`extra_headers`), and the model becomes the served one. Responses: the upstream body with the
+harness's own model name and without token arrays; streams are replayed as chunks (protocols.md §4.1).
 """
 
 from __future__ import annotations
@@ -19,14 +19,11 @@ from tracetap.capture.adapters.base import (
     request_body,
     sse_frame,
 )
+from tracetap.capture.adapters.chat_fields import forwarded
 from tracetap.capture.adapters.schemas import validate
 from tracetap.capture.adapters.schemas.openai_chat import ChatRequest
 
 API = "openai_chat"
-# OpenAI platform features no engine serves; vLLM rejects or ignores them.
-DROPPED_KEYS = {"store", "metadata", "user", "service_tier", "prompt_cache_key", "safety_identifier",
-                "include", "truncation", "prediction", "modalities", "audio", "web_search_options",
-                "verbosity", "max_completion_tokens"}
 _ERROR_TYPES = {
     "invalid_request": "invalid_request_error",
     "not_found": "invalid_request_error",
@@ -45,7 +42,7 @@ def to_chat_request(body: dict, ctx: RequestContext) -> dict:
     validate(ChatRequest, body)
     if body.get("n") not in (None, 1):
         raise AdapterError("n other than 1 is not supported: the gateway records one completion per call")
-    chat = {k: v for k, v in body.items() if k not in DROPPED_KEYS}  # shared values are never mutated
+    chat = forwarded(body)  # shared values are never mutated
     chat["messages"] = [_normalize_message(m) for m in chat["messages"]]
     if "max_tokens" not in chat and "max_completion_tokens" in body:
         chat["max_tokens"] = body["max_completion_tokens"]

@@ -65,7 +65,7 @@ _INCOMPLETE = {"length": "max_output_tokens", "content_filter": "content_filter"
 
 def seal_reasoning(text: str) -> str:
     """Deterministic `encrypted_content` for reasoning text (same text, same string)."""
-    return SEAL_PREFIX + base64.urlsafe_b64encode(text.encode()).decode()
+    return SEAL_PREFIX + base64.urlsafe_b64encode(text.encode("utf-8", "surrogatepass")).decode()
 
 
 def open_reasoning(blob: object) -> str | None:
@@ -73,7 +73,7 @@ def open_reasoning(blob: object) -> str | None:
     if not isinstance(blob, str) or not blob.startswith(SEAL_PREFIX):
         return None
     try:
-        return base64.b64decode(blob[len(SEAL_PREFIX):], altchars=b"-_", validate=True).decode()
+        return base64.b64decode(blob[len(SEAL_PREFIX):], altchars=b"-_", validate=True).decode("utf-8", "surrogatepass")
     except ValueError as exc:  # bad base64, non-ASCII text, or bytes that are not UTF-8
         raise AdapterError("reasoning encrypted_content carries our prefix but is corrupted") from exc
 

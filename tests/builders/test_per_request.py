@@ -47,3 +47,18 @@ def test_ok_call_without_ids_becomes_an_error_trace_and_flags_follow_the_session
     assert [t["status"] for t in traces] == ["not_trainable", "error"]
     assert traces[1]["metadata"]["error"] == "missing_token_ids"
     assert traces[0]["metadata"]["stats"]["not_trainable_reasons"] == ["aborted_completion"]
+
+
+@pytest.mark.parametrize("builder", ["per_request", "prefix_merging"])
+def test_degraded_calls_are_never_trained_on_and_are_counted(tmp_path, builder):
+    chat = Conversation([10]).say("user", [20])
+    good = chat.ask([30])
+    chat.say("user", [21])
+    degraded = {**chat.ask([31]), "status": "degraded", "error": "upstream sent no prompt_token_ids"}
+    write_store(tmp_path, [good, degraded])
+    summary = build(tmp_path, builder)
+    traces = read_traces(tmp_path, builder)
+    held = {cid for trace in traces for cid in trace["completion_ids"]}
+    ids = {row["status"]: row["completion_id"] for row in read_completions(tmp_path)}
+    assert ids["degraded"] not in held and ids["ok"] in held
+    assert summary.degraded == 1 and summary.session_stats["s1"]["completions_degraded"] == 1

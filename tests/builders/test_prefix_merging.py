@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from toychat import EOT, GENERATION_PROMPT, NL, START, Conversation, completion, failure, render
+from toychat import EOT, GENERATION_PROMPT, NL, START, Conversation, completion, decode, failure, render
 from tracestore import read_completions, read_traces, write_store
 from tracetap.builders import build
 
@@ -18,7 +18,7 @@ def store_root(tmp_path):
 def run(root, rows, **kwargs) -> tuple[list[dict], list[dict], dict]:
     """(traces, completions as stored, session stats) after building `rows` into a fresh store."""
     write_store(root, rows)
-    summary = build(root, BUILDER, **kwargs)
+    summary = build(root, BUILDER, **{"decode": decode, **kwargs})
     sid = rows[0]["session_id"]
     return read_traces(root, BUILDER, sid), read_completions(root, sid), summary.session_stats[sid]
 
@@ -37,7 +37,7 @@ def span_tokens(trace: dict) -> dict[str, list[int]]:
 def tool_session() -> tuple[Conversation, list[dict]]:
     """A tool-using agent: call, result, call, result, final answer; one turn re-renders differently."""
     chat = Conversation([10, 11]).say("user", [20, 21])
-    rows = [chat.ask([30, 31], "tool_calls", canonical=[30, 39])]  # the template re-renders one token
+    rows = [chat.ask([30, 31], "tool_calls", canonical=[90])]  # re-rendered: the same text in one token
     chat.say("tool", [40, 41])
     rows.append(chat.ask([32], "tool_calls"))
     chat.say("tool", [42]).say("user", [22])
@@ -56,7 +56,7 @@ def test_linear_session_is_one_trace_equal_to_final_prompt_with_sampled_spans(st
     assert span_tokens(trace) == {row["completion_id"]: row["completion_token_ids"] for row in stored}
     assert (trace["chain_index"], trace["segment_index"], trace["break_reason"]) == (0, 0, None)
     assert trace["status"] == "ok" and trace["finish_reason"] == "stop"
-    assert stats["break_reasons"] == {} and stats["drift_tokens"] == 1
+    assert stats["break_reasons"] == {} and stats["drift_tokens_by_kind"] == {"tokenization": 2}
     assert (stats["chains"], stats["segments"], stats["completions_merged"]) == (1, 1, 2)
     assert stats["eot_id"] == EOT and stats["eot_source"] == "detected"
     assert trace["metadata"]["stats"] == stats
@@ -230,23 +230,35 @@ def test_longest_matching_tip_wins(store_root):
     assert (stats["chains"], stats["retries"], stats["break_reasons"]) == (2, 0, {})
 
 
-@pytest.mark.parametrize("continued_from", [None, "last", "first"])
+@pytest.mark.parametrize("continued_from", [None, "last"])
 def test_retry_keeps_the_attempt_the_history_continues_else_the_last(store_root, continued_from):
     chat = Conversation([10]).say("user", [20])
-    other = Conversation([10]).say("user", [20])
-    first = chat.ask([30], keep=continued_from == "first")
-    second = other.ask([31], keep=True)  # same prompt again: the harness retried
-    rows, kept = [first, second], 0 if continued_from == "first" else 1
+    first = chat.ask([30], keep=False)
+    second = chat.ask([31])  # same prompt again: the harness retried
+    rows = [first, second]
     if continued_from:
-        history = chat if continued_from == "first" else other
-        history.say("user", [21])
-        rows.append(history.ask([32]))
+        chat.say("user", [21])
+        rows.append(chat.ask([32]))
     traces, stored, stats = run(store_root, rows)
     assert len(traces) == 1 and stats["retries"] == 1
     ids = [row["completion_id"] for row in stored]
-    assert traces[0]["completion_ids"] == [ids[kept], *ids[2:]]
-    assert traces[0]["metadata"]["trace"]["retried_completion_ids"] == [stored[1 - kept]["completion_id"]]
-    assert stream(traces[0]) == (chat if kept == 0 else other).expected_stream(rows[-1])
+    assert traces[0]["completion_ids"] == ids[1:]
+    assert traces[0]["metadata"]["trace"]["retried_completion_ids"] == [ids[0]]
+    assert stream(traces[0]) == chat.expected_stream(rows[-1])
+
+
+def test_a_later_attempt_at_a_prompt_whose_first_attempt_continued_is_no_retry(store_root):
+    chat = Conversation([10]).say("user", [20])
+    other = Conversation([10]).say("user", [20])
+    rows = [chat.ask([30]), other.ask([31])]  # a parallel sample after the one the history continues
+    chat.say("user", [21])
+    rows.append(chat.ask([32]))
+    traces, stored, stats = run(store_root, rows)
+    ids = [row["completion_id"] for row in stored]
+    assert [t["completion_ids"] for t in traces] == [[ids[0], ids[2]], [ids[1]]]
+    assert (stats["chains"], stats["retries"], stats["drift_tokens"]) == (2, 0, 0)
+    assert stream(traces[0]) == chat.expected_stream(rows[2])
+    assert stream(traces[1]) == other.expected_stream(rows[1])
 
 
 @pytest.mark.parametrize(("rows_after", "reasons"), [

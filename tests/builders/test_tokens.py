@@ -5,12 +5,12 @@ from __future__ import annotations
 import json
 
 import pytest
-from toychat import EOT, GENERATION_PROMPT, completion
+from toychat import EOT, GENERATION_PROMPT, NL, THINKING_OFF, completion
 from tracetap.builders.tokens import (
     QWEN_IM_END,
     common_prefix_len,
     detect_eot,
-    drift,
+    generation_prompt_block,
     ids,
     is_prefix,
     resolve_eot,
@@ -44,11 +44,19 @@ def test_strip_generation_prompt(prompt, expected):
     assert strip_generation_prompt(ids(prompt)).tolist() == expected
 
 
-@pytest.mark.parametrize(("sampled", "canonical", "expected"), [
-    ([5, 6, EOT], [5, 6, EOT], 0), ([5, 6, EOT], [5, 7, EOT], 1), ([5, 6], [5, 6, 7, 8], 2), ([], [5], 1),
+@pytest.mark.parametrize(("tip", "prompt", "expected"), [
+    # thinking off: the copy of the turn starts inside the tip's generation prompt, the next prompt
+    # ends with the same generation prompt
+    ([1, 5, 3, 20, *THINKING_OFF], [1, 5, 3, 20, *GENERATION_PROMPT, 30, EOT, NL, *THINKING_OFF], 4),
+    ([1, 5, 3, 20, *GENERATION_PROMPT], [1, 5, 3, 20, *GENERATION_PROMPT, 30], 0),  # a plain prefix
+    ([1, 5, 3, 20, *THINKING_OFF], [1, 5, 3, 20, *GENERATION_PROMPT, 30, EOT, NL, *GENERATION_PROMPT], 0),
+    ([1, 5, 3, 20, *THINKING_OFF], [1, 5, 3, 21, *THINKING_OFF], 0),  # differs before the generation prompt
+    ([1, 5, 3, 20], [1, 5, 3, 21, *THINKING_OFF], 0),  # no generation prompt at the tip's end
+    # the turn was dropped: another role opens where the assistant turn would be
+    ([1, 5, 3, 20, *THINKING_OFF], [1, 5, 3, 20, 1, 5, 3, 21, EOT, NL, *THINKING_OFF], 0),
 ])
-def test_drift_counts_positions_that_differ(sampled, canonical, expected):
-    assert drift(ids(sampled), ids(canonical)) == expected
+def test_generation_prompt_block(tip, prompt, expected):
+    assert generation_prompt_block(ids(tip), ids(prompt)) == expected
 
 
 def stop_string(row: dict) -> dict:

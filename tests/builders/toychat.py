@@ -1,7 +1,9 @@
 """A toy chat template over small ints, shaped like ChatML, for hand-made completions.
 
-`<start> role \\n content <end> \\n` per message, `<start> assistant \\n` as the generation prompt.
-Content ids are >= 10, so they never collide with the structure tokens.
+`<start> role \\n content <end> \\n` per message, `<start> assistant \\n` as the generation prompt
+(followed by an empty think block `<think> \\n </think> \\n` when thinking is off). Content ids are
+>= 10, so they never collide with the structure tokens. `decode` gives each id a text; the ids in
+MERGED stand for the text of two others (a re-rendered token boundary).
 """
 
 from __future__ import annotations
@@ -9,17 +11,25 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 
-START, EOT, NL = 1, 2, 3
+START, EOT, NL, THINK, UNTHINK = 1, 2, 3, 8, 9
 ROLES = {"system": 4, "user": 5, "assistant": 6, "tool": 7}
 GENERATION_PROMPT = [START, ROLES["assistant"], NL]
+THINKING_OFF = [*GENERATION_PROMPT, THINK, NL, UNTHINK, NL]
 NATURAL = ("stop", "tool_calls")
+MERGED = {90: (30, 31), 91: (32, 33)}
 
 
-def render(messages: list[tuple[str, list[int]]], generation_prompt: bool = True) -> list[int]:
+def render(messages: list[tuple[str, list[int]]], generation_prompt: bool = True,
+           thinking: bool = True) -> list[int]:
     ids = []
     for role, content in messages:
         ids += [START, ROLES[role], NL, *content, EOT, NL]
-    return ids + (GENERATION_PROMPT if generation_prompt else [])
+    return ids + ((GENERATION_PROMPT if thinking else THINKING_OFF) if generation_prompt else [])
+
+
+def decode(ids) -> str:
+    """The toy tokenizer's text for ids: `<n>` per content id, a merged id as its two parts."""
+    return "".join(f"<{part}>" for token in ids for part in MERGED.get(int(token), (int(token),)))
 
 
 def completion(prompt: list[int], sampled: list[int], finish: str = "stop", *, logprobs: bool = True,
@@ -49,6 +59,7 @@ class Conversation:
 
     system: list[int]
     session_id: str = "s1"
+    thinking: bool = True  # False: the template adds an empty think block after the generation prompt
     messages: list[tuple[str, list[int]]] = field(default_factory=list)
     spoken: list[tuple[str, list[int]]] = field(default_factory=list)
 
@@ -64,7 +75,7 @@ class Conversation:
             canonical: list[int] | None = None, reasoning: list[int] = (), **extra) -> dict:
         """The call sampling `reasoning + content`; the turn joins the history unless `keep` is False."""
         sampled = [*reasoning, *content] + ([EOT] if finish in NATURAL else [])
-        row = completion(render(self.messages), sampled, finish, text="text" if content else "",
+        row = completion(render(self.messages, thinking=self.thinking), sampled, finish, text="text" if content else "",
                          session_id=self.session_id, **extra)
         if finish == "tool_calls":
             row["tool_calls"] = [{"id": "call-1", "name": "Bash", "arguments": "{}"}]

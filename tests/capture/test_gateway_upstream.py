@@ -45,7 +45,9 @@ def test_fixture_answers_are_recorded_like_the_parser_reads_them(gw, stub, name)
     assert response.status_code == 200
     expected = live.fixture_capture(name)
     [row] = stored(gw.store, name)
-    assert row["status"] == "ok" and row["http_status"] == 200
+    # a stream where JSON was asked for, or an answer without ids, is served but is no training data
+    streamed = live.fixture_body(name).startswith(b"data:")
+    assert row["status"] == ("degraded" if streamed or expected.problems else "ok") and row["http_status"] == 200
     assert row["prompt_token_ids"] == expected.prompt_token_ids
     assert row["completion_token_ids"] == expected.completion_token_ids
     assert row["finish_reason"] == expected.finish_reason

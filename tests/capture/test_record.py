@@ -6,44 +6,31 @@ import json
 
 import pytest
 from live import fixture_body, fixture_request
-from tracetap.capture.record import MASK, Call, build_row, display_path, harness_hint, redact
+from tracetap.capture.record import Call, build_row, display_path, harness_hint
+from tracetap.capture.redact import MASK
 from tracetap.capture.upstream import parse_chat_response, with_token_flags
 from tracetap.store import StoreWriter, connect
 from tracetap.store.schema import COMPLETIONS
 
 
-@pytest.mark.parametrize(("value", "expected"), [
-    ({"api_key": "sk-1", "model": "m"}, {"api_key": MASK, "model": "m"}),
-    ({"Authorization": "Bearer x", "x-api-key": "k", "X-Goog-Api-Key": "g"},
-     {"Authorization": MASK, "x-api-key": MASK, "X-Goog-Api-Key": MASK}),
-    ({"extra_body": {"openai_api_key": "k", "auth_token": "t", "client_secret": "c"}},
-     {"extra_body": {"openai_api_key": MASK, "auth_token": MASK, "client_secret": MASK}}),
-    ({"messages": [{"role": "user", "content": "my password is hunter2"}]},
-     {"messages": [{"role": "user", "content": "my password is hunter2"}]}),
-    ({"max_tokens": 5, "top_logprobs": 2, "prompt_tokens": 3},
-     {"max_tokens": 5, "top_logprobs": 2, "prompt_tokens": 3}),
-    ({"tools": [{"parameters": {"properties": {"api_key": {"type": "string"}}}}]},
-     {"tools": [{"parameters": {"properties": {"api_key": {"type": "string"}}}}]}),
-    ([{"key": "AIza"}, "plain"], [{"key": MASK}, "plain"]),
-])
-def test_redact(value, expected):
-    assert redact(value) == expected
-
-
 @pytest.mark.parametrize(("path", "query", "expected"), [
     ("/v1/messages", {"beta": "true"}, "/v1/messages?beta=true"),
     ("/v1beta/models/g:streamGenerateContent", {"alt": "sse", "key": "AIza-secret"},
-     "/v1beta/models/g:streamGenerateContent?alt=sse"),
+     "/v1beta/models/g:streamGenerateContent?alt=sse&key=[redacted]"),
+    ("/v1/chat/completions", {"token": "t-1", "sig": "s-2", "auth": "a-3", "X-Access-Token": "x-4"},
+     "/v1/chat/completions?token=[redacted]&sig=[redacted]&auth=[redacted]&X-Access-Token=[redacted]"),
     ("/v1/chat/completions", {}, "/v1/chat/completions"),
 ])
-def test_display_path_drops_keys(path, query, expected):
-    assert display_path(path, query) == expected
+def test_stored_path_masks_query_credentials(path, query, expected):
+    assert build_row(ok_call(path=display_path(path, query)))["path"] == expected
 
 
 @pytest.mark.parametrize(("agent", "harness"), [
     ("claude-cli/2.0.1 (external, cli)", "claude_code"), ("OpenAI/Python 3.57.0", "openai_python"),
     ("GeminiCLI/0.56.0 (linux; x64)", "gemini_cli"), ("codex_exec/0.50", "codex"), ("curl/8", None),
-    (None, None),
+    ("QwenCode/0.24.4 (linux; x64)", "qwen_code"), ("QwenCode/0.24.4 (linux; x64) OpenAI/JS 5.12.2", "qwen_code"),
+    ("OpenAI/JS 5.12.2", "pi"), ("opencode/1.0.3 OpenAI/JS 5.12.2", "opencode"),
+    ("OpenAI/JS 5.12.2 my-own-agent/1", None), (None, None),
 ])
 def test_harness_hint(agent, harness):
     assert harness_hint(agent) == harness
@@ -99,3 +86,15 @@ def test_rows_store_and_read_back(tmp_path):
     n = len(top2.completion_token_ids)
     assert rows == [(0, "ok", n, n, 2, top2.top_logprobs[0][0]["token"], []),
                     (1, "timeout", None, None, None, None, None)]
+
+
+def test_text_without_utf8_form_is_stored_escaped_never_dropped(tmp_path):
+    call = ok_call(request_body={"model": "m", "user": "a\ud800b"}, requested_model="m\udfff",
+                   error="bad \ud800", status="degraded", upstream_ms=1.0)
+    call.capture.tool_calls = [{"id": "t", "name": "Bash", "arguments": '{"cmd": "\udc80"}'}]
+    with StoreWriter(tmp_path) as writer:
+        writer.record_completion(build_row(call))
+    [(request, model, error, calls)] = connect(tmp_path).sql(
+        "SELECT request_json, requested_model, error, tool_calls FROM completions").fetchall()
+    assert json.loads(request)["user"] == "a\ud800b"  # the JSON escape reads back to the same string
+    assert (model, error, calls[0]["arguments"]) == ("m\\udfff", "bad \\ud800", '{"cmd": "\\udc80"}')

@@ -120,17 +120,15 @@ def check_handled(gateway, endpoint: Endpoint, body: dict) -> None:
         assert_error_shape(endpoint, status, raw)
 
 
-# Lone surrogates are left out here: that text reaching the upstream and the store is the recording
-# side's concern (it is stored escaped); the adapter-level fuzz test feeds them to every adapter.
 @settings(max_examples=120, **FIXED)
-@given(every_endpoint(surrogates=False))
+@given(every_endpoint())
 def test_mutated_bodies_are_answered_200_or_4xx(gateway, drawn):
     check_handled(gateway, *drawn)
 
 
 @pytest.mark.fuzz
 @settings(max_examples=400, **FIXED)
-@given(every_endpoint(surrogates=False))
+@given(every_endpoint())
 def test_mutated_bodies_answered_at_length(gateway, drawn):
     check_handled(gateway, *drawn)
 

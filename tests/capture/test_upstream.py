@@ -10,10 +10,14 @@ from __future__ import annotations
 import asyncio
 import json
 import math
+import re
 
 import pytest
 from live import CHAT_FIXTURES, ERROR_FIXTURES, INDEX, Plan, fixture_body, free_port
 from tracetap.capture.upstream import (
+    NO_CHOICES,
+    STREAMED,
+    InvalidAnswer,
     UpstreamClient,
     UpstreamError,
     parse_chat_response,
@@ -123,6 +127,78 @@ def test_unaligned_logprobs_are_dropped_whole():
     body["choices"][0]["logprobs"]["content"].pop()
     capture = parse_chat_response(body)
     assert capture.completion_token_ids == body["choices"][0]["token_ids"] and capture.logprobs is None
+    n = len(capture.completion_token_ids)
+    assert capture.problems == [f"upstream sent {n - 1} logprobs for {n} sampled tokens"]
+
+
+def mutated(change) -> dict:
+    body = body_of("chat_tools_auto_call")
+    change(body, body["choices"][0])
+    return body
+
+
+def _set(target: str, key: str, value: object):
+    def change(body: dict, choice: dict) -> None:
+        where = {"body": body, "choice": choice, "message": choice["message"], "usage": body["usage"],
+                 "call": choice["message"]["tool_calls"][0]}[target]
+        where[key] = value
+    return change
+
+
+UNUSABLE = {  # the answers that once made the gateway fail to record the call
+    "token_ids_strings": (_set("choice", "token_ids", ["a"]), "choices[0].token_ids"),
+    "token_ids_null_entry": (_set("choice", "token_ids", [None, 1]), "choices[0].token_ids"),
+    "token_ids_beyond_int32": (_set("choice", "token_ids", [2**40]), "choices[0].token_ids"),
+    "token_ids_negative": (_set("choice", "token_ids", [-1]), "choices[0].token_ids"),
+    "token_ids_bools": (_set("choice", "token_ids", [True]), "choices[0].token_ids"),
+    "prompt_ids_object": (_set("body", "prompt_token_ids", {"a": 1}), "prompt_token_ids"),
+    "tool_calls_not_objects": (_set("message", "tool_calls", ["Bash"]), "tool_calls"),
+    "tool_call_function_text": (_set("call", "function", "Bash"), "tool_calls[0].function"),
+    "finish_reason_object": (_set("choice", "finish_reason", {"why": "stop"}), "finish_reason"),
+    "usage_words": (_set("usage", "prompt_tokens", "many"), "usage.prompt_tokens"),
+    "usage_details_list": (_set("usage", "prompt_tokens_details", [1]), "usage.prompt_tokens_details"),
+    "content_object": (_set("message", "content", {"text": "hi"}), "choices[0].message.content"),
+    "choices_object": (_set("body", "choices", {"0": {}}), "choices"),
+    "model_number": (_set("body", "model", 7), "model"),
+    "stop_reason_list": (_set("choice", "stop_reason", [1]), "stop_reason"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(UNUSABLE))
+def test_unusable_answers_raise_naming_the_field(case):
+    change, field = UNUSABLE[case]
+    with pytest.raises(InvalidAnswer, match=re.escape(field)):
+        parse_chat_response(mutated(change))
+
+
+def _drop(target: str, key: str):
+    def change(body: dict, choice: dict) -> None:
+        {"body": body, "choice": choice}[target].pop(key)
+    return change
+
+
+@pytest.mark.parametrize(("change", "problems"), [
+    (_drop("choice", "token_ids"), ["upstream sent no completion token_ids"]),
+    (_drop("body", "prompt_token_ids"), ["upstream sent no prompt_token_ids"]),
+    (_set("body", "choices", []), [NO_CHOICES]),
+    (lambda body, choice: choice["logprobs"]["content"].pop(0), ["upstream sent 49 logprobs for 50 sampled tokens"]),
+    (lambda body, choice: choice["logprobs"]["content"][3].update(logprob="x"),
+     ["upstream logprobs are not all numbers"]),
+])
+def test_answers_without_training_data_name_their_problems(change, problems):
+    capture = parse_chat_response(mutated(change))
+    assert capture.problems == problems
+    assert capture.logprobs is None or len(capture.logprobs) == len(capture.completion_token_ids)
+
+
+def test_good_answers_have_no_problems():
+    assert all(not parse_chat_response(body_of(n)).problems for n in JSON_FIXTURES if n != "chat_max_tokens_clamped")
+
+
+def test_malformed_sglang_fields_are_unusable():
+    body = {"choices": [{"message": {"content": "x"}, "meta_info": {"output_token_logprobs": [[-0.1, "a", "x"]]}}]}
+    with pytest.raises(InvalidAnswer, match="SGLang"):
+        parse_chat_response(body, kind="sglang")
 
 
 @pytest.mark.parametrize("name", SSE_FIXTURES)
@@ -221,6 +297,7 @@ def test_client_sends_token_flags_and_session(stub_upstream):
 def test_client_folds_a_streamed_answer(stub_upstream):
     result = call(UpstreamClient(stub_upstream.url), {"messages": []}, "chat_stream_tools")
     assert result.capture.tool_calls[0]["name"] == "Bash"
+    assert result.capture.problems == [STREAMED]  # a stream was not what the gateway asked for
     plain = parse_chat_response(body_of("chat_tools_auto_call"))
     assert result.capture.completion_token_ids == plain.completion_token_ids
 
@@ -234,6 +311,23 @@ def test_client_keeps_error_status_and_body(stub_upstream, name):
     assert error.value.body == body_of(name)
     assert str(error.value) == body_of(name)["error"]["message"]
     assert error.value.request["return_token_ids"] is True
+
+
+def test_client_turns_an_unusable_answer_into_a_502_keeping_the_body(stub_upstream):
+    body = mutated(_set("choice", "token_ids", ["a"]))
+    stub_upstream.plans["unusable"] = Plan(answer=lambda _: (200, json.dumps(body).encode(), {}))
+    with pytest.raises(UpstreamError) as error:
+        call(UpstreamClient(stub_upstream.url), {"messages": []}, "unusable")
+    assert (error.value.kind, error.value.status, error.value.body) == ("invalid", 502, body)
+    assert "choices[0].token_ids" in str(error.value) and error.value.request["return_token_ids"] is True
+
+
+def test_client_keeps_retry_after(stub_upstream):
+    answer = (429, b'{"error":{"message":"slow down","code":429}}', {"retry-after": "7"})
+    stub_upstream.plans["busy"] = Plan(answer=lambda _: answer)
+    with pytest.raises(UpstreamError) as error:
+        call(UpstreamClient(stub_upstream.url), {"messages": []}, "busy")
+    assert (error.value.status, error.value.headers, str(error.value)) == (429, {"retry-after": "7"}, "slow down")
 
 
 def test_client_unreachable():

@@ -53,7 +53,7 @@ def test_summary_table_matches_the_store(report, view_store):
 def test_every_session_is_rendered_with_its_turns_and_tokens(report, view_store, stored_traces):
     sessions = report.evaluate("[...document.querySelectorAll('section.session')]"
                                ".map(e => e.dataset.session)")
-    assert sessions == ["view-1", "view-2", "view-3"]
+    assert sessions == ["view-1", "view-2", "view-3", "view-4"]
     for sid in sessions:
         calls = query(view_store, "SELECT seq FROM completions WHERE session_id = ? ORDER BY seq", sid)
         seqs = report.evaluate(f"[...document.querySelectorAll('#session-{sid} article.turn')]"
@@ -64,7 +64,8 @@ def test_every_session_is_rendered_with_its_turns_and_tokens(report, view_store,
         sum(sum(t["loss_mask"]) for t in merged)
     # view-2 has only per_request traces: shown instead
     titles = report.evaluate("[...document.querySelectorAll('.trajectories')].map(e => e.textContent)")
-    assert titles == ["Trajectories: prefix_merging (2)", "Trajectories: per_request (1)", "Trajectories"]
+    assert titles == ["Trajectories: prefix_merging (2)", "Trajectories: per_request (1)", "Trajectories",
+                      "Trajectories: prefix_merging (2)"]
     width = "document.querySelector('#session-view-1 .trace .t').getBoundingClientRect().width"
     assert report.evaluate(width) > 0
 
@@ -72,7 +73,7 @@ def test_every_session_is_rendered_with_its_turns_and_tokens(report, view_store,
 def test_links_from_the_summary_reach_each_session(report):
     targets = report.evaluate("[...document.querySelectorAll('table.summary a')]"
                               ".map(a => !!document.getElementById(a.hash.slice(1)))")
-    assert targets == [True, True, True]
+    assert targets == [True] * 4
 
 
 def test_some_sessions_only(view_store, decode_token, tmp_path):

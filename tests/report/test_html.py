@@ -8,7 +8,16 @@ from html import escape, unescape
 
 import pytest
 from tracetap.report.html import KIND_CLASS, render_session_page
-from tracetap.report.session_view import INTER, PROMPT, TRAIN, SessionView, TokenView, TraceView
+from tracetap.report.session_view import (
+    INTER,
+    PROMPT,
+    TRAIN,
+    SessionView,
+    TokenView,
+    TraceView,
+    load_session_view,
+    visible_text,
+)
 from viewstore import FAILED_ERROR, FINAL
 
 TOKEN_SPAN = re.compile(r'<span class="([pti])(?: h([0-4]))?" title="([^"]*)">([^<]*)</span>')
@@ -53,3 +62,18 @@ def test_long_traces_stay_light():
     page = render_session_page(view)
     assert len(TOKEN_SPAN.findall(page)) == 20000
     assert len(page.encode()) / len(tokens) < 80  # bytes per token, tooltip included
+
+
+def test_call_cards_and_breaks_show_threads(view_store, decode_token):
+    page = render_session_page(load_session_view(view_store, "view-4", decode_token))
+    assert re.findall(r'<h3>#\d+ <span class="ok">ok</span> <span class="thread">([^<]*)</span>', page) == [
+        "chain 0", "chain 1 · side call", "chain 0"]
+
+
+def test_a_break_shows_its_position_and_both_sides(view, page):
+    point = view.traces[1].break_point
+    block = page[page.index('<div class="breakpoint">'):]
+    assert block.startswith(f'<div class="breakpoint"><span class="break">break at prompt token {point.position}')
+    sides = re.findall(r"<pre><b>(\w+)</b>([^<]*)</pre>", block)[:3]
+    assert [(name, unescape(text)) for name, text in sides] == [
+        (name, visible_text(getattr(point, name))) for name in ("before", "was", "now")]

@@ -133,3 +133,22 @@ def test_visible_text(text, shown):
 def test_model_label_shows_a_renamed_model(view, requested, served, label):
     turn = replace(view.turns[0], requested_model=requested, served_model=served)
     assert turn.model_label("->") == label
+
+
+def test_every_call_carries_its_thread(view_store, decode_token):
+    turns = load_session_view(view_store, "view-4", decode_token).turns
+    assert [(t.chain_index, t.side_call) for t in turns] == [(0, False), (1, True), (0, False)]
+    assert [t.thread_label() for t in turns] == ["chain 0", "chain 1 · side call", "chain 0"]
+
+
+def test_a_break_shows_where_the_prompt_left_the_old_one_decoded(view, view_store, tok):
+    calls = query(view_store, "SELECT seq, prompt_token_ids FROM completions "
+                              "WHERE session_id = 'view-1' AND status = 'ok' ORDER BY seq")
+    old, new = calls[2]["prompt_token_ids"], calls[3]["prompt_token_ids"]
+    at = next(i for i, (a, b) in enumerate(zip(old, new, strict=False)) if a != b)
+    assert view.traces[0].break_point is None
+    point = view.traces[1].break_point
+    assert (point.position, point.seq) == (at, calls[2]["seq"])
+    assert point.before == tok.decode(old[at - 24:at]) and point.before.endswith("<|im_start|>user\n")
+    assert point.was == tok.decode(old[at:at + 24]) and point.now == tok.decode(new[at:at + 24])
+    assert point.now.startswith("Summary so far") and point.was.startswith("The test fails")

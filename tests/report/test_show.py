@@ -72,3 +72,21 @@ def test_bad_session_is_a_clear_error(view_store, session, message):
 def test_not_a_store_is_a_usage_error(tmp_path):
     result = show(tmp_path / "nowhere", "view-1")
     assert result.exit_code == 2 and "--store" in result.output
+
+
+def test_each_call_card_names_its_thread(view_store):
+    result = show(view_store, "view-4")
+    assert result.exit_code == 0, result.output
+    labels = re.findall(r"^#\d+ openai_chat .*?ok  \[([^\]]+)\]", result.output, re.M)
+    assert labels == ["chain 0", "chain 1 · side call", "chain 0"]
+
+
+def test_each_break_gives_its_position_and_both_sides(view_store):
+    calls = query(view_store, "SELECT seq, prompt_token_ids FROM completions "
+                              "WHERE session_id = 'view-1' AND status = 'ok' ORDER BY seq")
+    old, new = calls[2]["prompt_token_ids"], calls[3]["prompt_token_ids"]
+    at = next(i for i, (a, b) in enumerate(zip(old, new, strict=False)) if a != b)
+    output = show(view_store, "view-1").output
+    assert f"break at prompt token {at} (where it leaves #{calls[2]['seq']}'s prompt)" in output
+    assert re.search(r"^    was:    The test fails", output, re.M)
+    assert re.search(r"^    now:    Summary so far", output, re.M)

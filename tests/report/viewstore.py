@@ -6,6 +6,8 @@
   `canonical_prefix_break`.
 - view-2: one turn; only per_request traces are built for it.
 - view-3: one failed call; no traces.
+- view-4: two tool-using turns and, between them, a title call offering no tools (a side call, its
+  own chain).
 """
 
 from __future__ import annotations
@@ -39,10 +41,11 @@ REPLIES = [
 TOOL_RESULTS = ["1 failed: test_add", "wrote calc.py"]
 
 
-def ok_row(tok, sid: str, messages: list[dict], reply: dict, upstream_ms: float) -> dict:
+def ok_row(tok, sid: str, messages: list[dict], reply: dict, upstream_ms: float,
+           tools: list[dict] | None = TOOLS) -> dict:
     """The completions row the gateway would record for `reply` following `messages`."""
-    prompt = tok.encode(tok.render(messages, TOOLS))
-    sampled = tok.encode(tok.assistant_turn(messages, reply, TOOLS))
+    prompt = tok.encode(tok.render(messages, tools))
+    sampled = tok.encode(tok.assistant_turn(messages, reply, tools))
     calls = [{"id": c["id"], "name": c["function"]["name"], "arguments": c["function"]["arguments"]}
              for c in reply.get("tool_calls") or ()]
     finish = "tool_calls" if calls else "stop"
@@ -51,7 +54,7 @@ def ok_row(tok, sid: str, messages: list[dict], reply: dict, upstream_ms: float)
         "session_id": sid, "task_id": "fix-calc", "api": "openai_chat", "path": "/v1/chat/completions",
         "stream": False, "requested_model": "gpt-x", "served_model": "tiny-qwen3", "status": "ok",
         "http_status": 200, "chat_request_json": json.dumps({"model": "tiny-qwen3", "messages": messages,
-                                                             "tools": TOOLS}),
+                                                             **({"tools": tools} if tools else {})}),
         "chat_response_json": json.dumps({"choices": [{"index": 0, "message": message,
                                                        "finish_reason": finish}]}),
         "prompt_token_ids": prompt, "completion_token_ids": sampled,
@@ -82,13 +85,23 @@ def conversation_rows(tok, sid: str) -> list[dict]:
     return rows
 
 
+def side_call_rows(tok, sid: str) -> list[dict]:
+    """view-4's calls: turn, title call (no tools), turn."""
+    first = ok_row(tok, sid, [SYSTEM, USER], REPLIES[0], 10.0)
+    title = ok_row(tok, sid, [{"role": "user", "content": "A title for: " + USER["content"]}],
+                   {"content": "Fixing calc.py"}, 5.0, tools=None)
+    history = [SYSTEM, USER, {"role": "assistant", **REPLIES[0]},
+               {"role": "tool", "tool_call_id": "call-0", "content": TOOL_RESULTS[0]}]
+    return [first, title, ok_row(tok, sid, history, {"content": FINAL}, 11.0)]
+
+
 def make_view_store(root: Path, tok) -> Path:
     with StoreWriter(root) as writer:
-        for row in conversation_rows(tok, "view-1"):
+        for row in [*conversation_rows(tok, "view-1"), *side_call_rows(tok, "view-4")]:
             writer.record_completion(row)
         writer.record_completion(ok_row(tok, "view-2", [SYSTEM, USER], {"content": "On it."}, 20.0))
         writer.record_completion(failed_row("view-3"))
-    build(root, "prefix_merging", session_ids=["view-1"])
+    build(root, "prefix_merging", session_ids=["view-1", "view-4"], decode=tok.decode)
     build(root, "per_request", session_ids=["view-1", "view-2"])
     return root
 

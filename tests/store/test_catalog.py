@@ -1,7 +1,9 @@
+import json
+
 import pytest
 from store_rows import completion
 from tracetap.store import StoreWriter, connect, scan, write_session_table
-from tracetap.store.catalog import table_files
+from tracetap.store.catalog import VIEW_COLUMNS, table_files
 from tracetap.store.paths import session_dir
 from tracetap.store.schema import TABLES
 
@@ -33,7 +35,8 @@ def test_empty_views_have_the_file_columns_and_types(tmp_path, table):
     con_empty, con_full = connect(empty), connect(full)
     assert con_empty.execute(f"SELECT count(*) FROM {table}").fetchone() == (0,)
     assert con_full.execute(f"SELECT count(*) FROM {table}").fetchone()[0] >= 1
-    assert [n for n, _ in view_types(con_empty, table)] == TABLES[table].names
+    derived = [name for name, *_ in VIEW_COLUMNS.get(table, ())]
+    assert [n for n, _ in view_types(con_empty, table)] == TABLES[table].names + derived
     assert view_types(con_empty, table) == view_types(con_full, table)
 
 
@@ -91,7 +94,8 @@ def test_scan_matches_sql(tmp_path, table):
     fill(tmp_path)
     frame = scan(tmp_path, table).collect()
     assert frame.columns == TABLES[table].names
-    sql = connect(tmp_path).sql(f"SELECT * FROM {table}").pl()
+    columns = ", ".join(TABLES[table].names)
+    sql = connect(tmp_path).sql(f"SELECT {columns} FROM {table}").pl()
     assert frame.sort("session_id").to_dicts() == sql.sort("session_id").to_dicts()
 
 
@@ -115,3 +119,27 @@ def test_temp_files_are_invisible_to_readers(root):
 def test_scan_rejects_unknown_tables(root):
     with pytest.raises(ValueError, match="unknown table"):
         scan(root, "nope")
+
+
+def test_completions_carry_their_chain_and_side_call_flag(root):
+    tools = json.dumps({"messages": [], "tools": [{"type": "function", "function": {"name": "ls"}}]})
+    plain = json.dumps({"messages": []})
+    with StoreWriter(root) as w:
+        ids = [w.record_completion(completion("s1", chat_request_json=body))["completion_id"]
+               for body in (tools, tools, plain, tools)]
+        lone = w.record_completion(completion("s2", chat_request_json=plain))["completion_id"]
+        failed = w.record_completion(completion("s2", status="upstream_error"))["completion_id"]
+    con = connect(root)
+    query = "SELECT completion_id, chain_index, side_call FROM completions ORDER BY session_id, seq"
+    assert con.execute(query).fetchall() == [(ids[0], None, False), (ids[1], None, False), (ids[2], None, True),
+                                             (ids[3], None, False), (lone, None, False), (failed, None, False)]
+    traces = [{"builder": "prefix_merging", "trace_index": 0, "chain_index": 0, "completion_ids": [ids[1], ids[3]],
+               "metadata_json": json.dumps({"trace": {"retried_completion_ids": [ids[0]]}})},
+              {"builder": "prefix_merging", "trace_index": 1, "chain_index": 1, "completion_ids": [ids[2]],
+               "metadata_json": json.dumps({"trace": {}})}]
+    write_session_table(root, "trajectories", "s1", traces, "part-0.parquet", builder="prefix_merging")
+    write_session_table(root, "trajectories", "s1", [{**TRACE, "completion_ids": ids, "chain_index": 7}],
+                        "part-0.parquet", builder="per_request")  # another builder's traces do not count
+    assert con.execute(query).fetchall()[:4] == [(ids[0], 0, False), (ids[1], 0, False), (ids[2], 1, True),
+                                                 (ids[3], 0, False)]
+    assert con.execute("SELECT count(*) FROM completions").fetchone() == (6,)

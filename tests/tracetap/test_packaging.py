@@ -65,7 +65,8 @@ def _queries_wheel(tmp_path: Path) -> Path:
     files = {
         "queries/__init__.py": "WHO = 'the other queries'\n",
         "queries-1.0.dist-info/METADATA": "Metadata-Version: 2.1\nName: queries\nVersion: 1.0\n",
-        "queries-1.0.dist-info/WHEEL": "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+        "queries-1.0.dist-info/WHEEL": ("Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\n"
+                                        "Tag: py3-none-any\n"),
     }
     record = "".join(f"{name},,\n" for name in files) + "queries-1.0.dist-info/RECORD,,\n"
     with zipfile.ZipFile(path, "w") as whl:

@@ -22,9 +22,14 @@ def _summary_lines(summary: dict) -> list[str]:
         f"segments        {summary['segments']}",
         f"breaks          {sum(summary['break_reasons'].values())}" + (f" ({breaks})" if breaks else ""),
         f"retries         {summary['retries']}",
-        f"drift tokens    {summary['drift_tokens']}",
+        f"drift tokens    {summary['drift_tokens']}" + _by_kind(summary["drift_tokens_by_kind"]),
+        f"degraded calls  {summary['degraded']} (answered without training data, left out)",
         f"not trainable   {len(not_trainable)}" + (f" ({', '.join(not_trainable)})" if not_trainable else ""),
     ]
+
+
+def _by_kind(counts: dict[str, int]) -> str:
+    return f" ({', '.join(f'{kind} {n}' for kind, n in sorted(counts.items()))})" if counts else ""
 
 
 @click.command("build")
@@ -44,13 +49,15 @@ def command(store_dir: Path, builder: str, sessions: tuple[str, ...], eot_id: in
     Example: tracetap build --store ./store --builder prefix_merging
     """
     from tracetap.builders import build, list_sessions
+    from tracetap.common import decode
     from tracetap.store.files import StoreError
 
     try:
         wanted = list(sessions) or list_sessions(store_dir)
         with click.progressbar(length=len(wanted), label=f"building {builder}", file=sys.stderr,
                                show_pos=True) as bar:
-            summary = build(store_dir, builder, wanted, eot_id=eot_id, progress=lambda _sid: bar.update(1))
+            summary = build(store_dir, builder, wanted, eot_id=eot_id, progress=lambda _sid: bar.update(1),
+                            decode=decode)
     except (StoreError, ValueError) as exc:
         raise click.ClickException(str(exc)) from None
     if as_json:

@@ -38,9 +38,13 @@ LOCAL = "local"
 @click.option("--replay-ignore", multiple=True, metavar="FIELD",
               help="Chat request field left out of replay matching, as a dotted path with * for any key or "
                    "index, e.g. temperature or 'tools.*.function.description' (repeatable).")
+@click.option("--redact-key", "redact_keys", multiple=True, metavar="NAME",
+              help="Another key name whose values are secrets, masked in the store and never sent upstream "
+                   "(any spelling: camelCase, snake_case, kebab-case; repeatable).")
 def command(store: Path, listen: tuple[str, int], upstream: str, upstream_kind: str, served_model: str | None,
             script: Path | None, max_model_len: int, timeout: float, idle_compact: float, replay: Path | None,
-            replay_session: str | None, replay_miss: str, replay_ignore: tuple[str, ...]) -> None:
+            replay_session: str | None, replay_miss: str, replay_ignore: tuple[str, ...],
+            redact_keys: tuple[str, ...]) -> None:
     """Run the gateway until Ctrl-C / SIGTERM.
 
     Point a harness at the printed base URLs; every call is recorded in STORE at token level.
@@ -62,7 +66,7 @@ def command(store: Path, listen: tuple[str, int], upstream: str, upstream_kind: 
         run_gateway(store, *listen, url, upstream_kind, served_model, confdir=home_dir() / "mitmproxy",
                     on_ready=lambda host, port: _announce(host, port, store, url, upstream_kind, replay),
                     timeout=timeout, idle_seconds=idle_compact, compact_every=_compact_every(idle_compact),
-                    **replaying)
+                    redact_keys=list(redact_keys), **replaying)
     finally:
         if engine:
             engine.stop()
@@ -120,5 +124,6 @@ def _announce(host: str, port: int, store: Path, upstream: str, kind: str, repla
     click.echo(f"  OpenAI Chat / Responses base URL: {root}/v1")
     click.echo(f"  Anthropic base URL:               {root}")
     click.echo(f"  Gemini base URL:                  {root}")
+    click.echo(f"  register a session: POST {root}/sessions  {{session_id, task_id, harness, metadata}}")
     click.echo(f"  close a session: POST {root}/sessions/<id>/close")
     announce(host, port)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import click
 
+from tracetap.store.catalog import VIEW_COLUMNS
 from tracetap.store.schema import SCHEMA_VERSION, TABLES, describe
 
 
@@ -13,6 +14,11 @@ def schema_markdown() -> str:
     for table in TABLES:
         out += [f"## {table}", "", "| column | type | meaning |", "|---|---|---|"]
         out += [f"| `{name}` | `{type_}` | {doc} |" for name, type_, doc in describe(table)]
+        derived = VIEW_COLUMNS.get(table, ())
+        if derived:
+            out += ["", f"The `{table}` SQL view adds, derived on read (not stored):", "",
+                    "| column | type | meaning |", "|---|---|---|"]
+            out += [f"| `{name}` | `{type_}` | {doc} |" for name, type_, doc in derived]
         out.append("")
     return "\n".join(out)
 

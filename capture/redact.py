@@ -1,0 +1,106 @@
+"""Secrets never reach disk or the upstream: one redaction for every stored text and forwarded body.
+
+`Redactor.redact(value)` returns a masked copy of any JSON value (or a plain string):
+- a value under a credential-looking key becomes `[redacted]`; key names are compared with case and
+  separators removed, so `accessToken`, `access-token` and `ACCESS_TOKEN` are one name;
+- `{"name": "Authorization", "value": "..."}` pairs (header lists) get their value masked;
+- in every string, URL credentials (`scheme://user:pass@host` -> `scheme://user:[redacted]@host`)
+  and secret query parameters (`?token=...`, also `&sig=` or `;auth=` after a `?`) are masked.
+Two places look like secrets and are not: the field names of a JSON schema (`properties`), which
+describe a tool's parameters, and the sampled `token` text of a logprob entry.
+The walk is iterative, so no nesting depth can exhaust the stack. Redaction is idempotent.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from collections.abc import Iterable
+
+MASK = "[redacted]"
+SECRET_NAMES = frozenset({
+    "key", "sig", "auth", "token", "bearer", "cookie", "passwd", "password", "secret", "credentials",
+    "credential", "authorization", "apikey", "xapikey", "xgoogapikey", "setcookie",
+})
+SECRET_SUFFIXES = ("apikey", "secret", "password", "passwd", "token", "credential", "credentials",
+                   "privatekey", "accesskey", "secretkey", "authorization", "auth", "cookie")
+_SCHEMA_NAMES = "properties"  # its keys name a schema's fields; their values are schemas, not secrets
+_LOGPROB_FIELDS = frozenset({"logprob", "logprobability"})  # an entry's `token` is sampled text
+_PAIR_NAMES = ("name", "key")
+_URL_CREDENTIALS = re.compile(r"(?P<head>://[^\s:/@?#]*):(?P<secret>[^\s@/?#]+)@")  # literal start: fast scan
+_QUERY_PARAM = re.compile(r"(?P<head>[?&;](?P<name>[A-Za-z0-9_.\-]+)=)(?P<value>[^&#;\s\"']*)")
+
+
+_SEPARATORS = re.compile(r"[^a-z0-9]")
+
+
+@functools.lru_cache(maxsize=4096)  # bodies repeat the same few keys on every call
+def normalize_key(key: object) -> str:
+    """A key name without case and separators: `accessToken` == `access-token` == `ACCESS_TOKEN`."""
+    return _SEPARATORS.sub("", str(key).lower())
+
+
+class Redactor:
+    """Masks secrets; `extra_keys` are more key names to treat as secret (any spelling)."""
+
+    def __init__(self, extra_keys: Iterable[str] = ()):
+        self.names = SECRET_NAMES | {normalize_key(key) for key in extra_keys}
+
+    def is_secret(self, key: object) -> bool:
+        name = normalize_key(key)
+        return name in self.names or name.endswith(SECRET_SUFFIXES)
+
+    def redact(self, value: object) -> object:
+        """A masked copy of `value` (the input is never changed)."""
+        top = [value]
+        pending: list[tuple[list | dict, int | str, bool]] = [(top, 0, False)]
+        while pending:
+            parent, slot, names_fields = pending.pop()
+            item = parent[slot]
+            if isinstance(item, dict):
+                parent[slot] = self._masked_object(item, names_fields, pending)
+            elif isinstance(item, list):
+                parent[slot] = copy = list(item)
+                pending.extend((copy, index, False) for index in range(len(copy)))
+            elif isinstance(item, str):
+                parent[slot] = self.text(item)
+        return top[0]
+
+    def text(self, text: str) -> str:
+        """A string with URL credentials and secret query parameters masked."""
+        if "://" in text:
+            text = _URL_CREDENTIALS.sub(lambda m: f"{m['head']}:{MASK}@", text)
+        start = text.find("?")
+        if start >= 0 and "=" in text:  # parameters follow a `?`: the scan starts there
+            text = text[:start] + _QUERY_PARAM.sub(self._query_param, text[start:])
+        return text
+
+    def _masked_object(self, item: dict, names_fields: bool, pending: list) -> dict:
+        """A copy of one object: secret values masked here, the rest queued for the walk."""
+        keeps_tokens = any(normalize_key(key) in _LOGPROB_FIELDS for key in item)
+        copy = {}
+        for key, value in item.items():
+            if value is not None and not names_fields and not keeps_tokens and self._masks(key, item):
+                copy[key] = MASK
+            else:
+                copy[key] = value
+                pending.append((copy, key, key == _SCHEMA_NAMES and isinstance(value, dict)))
+        return copy
+
+    def _masks(self, key: object, item: dict) -> bool:
+        if self.is_secret(key):
+            return True
+        return key == "value" and any(isinstance(item.get(n), str) and self.is_secret(item[n]) for n in _PAIR_NAMES)
+
+    def _query_param(self, match: re.Match) -> str:
+        if not match["value"] or not self.is_secret(match["name"]):
+            return match[0]
+        return match["head"] + MASK
+
+
+DEFAULT = Redactor()
+
+
+def redact(value: object) -> object:
+    """`value` masked with the built-in key names only."""
+    return DEFAULT.redact(value)

@@ -1,0 +1,74 @@
+"""The harness contract: a preset turns an instruction into setup files and shell steps.
+
+Presets are pure: they compute what to write and what to run from a `HarnessContext`; the node writes
+the files and runs the steps through the session's runtime, with `gateway_env(ctx)` plus the preset's
+env plus the task's agent env. Every model call of the harness authenticates with the session id as
+its API key (and, where the CLI allows, a `/s/<session>/` base URL), so the gateway binds it to the
+rollout session whatever session header the CLI sends itself (DESIGN §4).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from tracetap.rollout.runtimes.base import SessionLayout
+
+
+@dataclass(frozen=True)
+class HarnessContext:
+    session_id: str
+    task_id: str
+    instruction: str
+    gateway_url: str              # the gateway root as the runtime reaches it, no /v1
+    layout: SessionLayout
+    model_name: str | None = None
+    settings: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Step:
+    """One `bash -lc` command; logs go to logs/agent/<name>.{stdout,stderr}.log."""
+
+    name: str
+    command: str
+    env: Mapping[str, str] = field(default_factory=dict)
+    cwd: str | None = None  # default: the workspace
+
+
+class Harness(Protocol):
+    name: str
+    api: str  # the provider API it speaks (completions.api)
+
+    def files(self, ctx: HarnessContext) -> dict[str, str]:
+        """Config files to write before the run: runtime path -> text."""
+
+    def env(self, ctx: HarnessContext) -> dict[str, str]:
+        """Env for every step, on top of `gateway_env(ctx)`."""
+
+    def run_steps(self, ctx: HarnessContext) -> list[Step]:
+        """The harness run itself (usually one step)."""
+
+    def postrun_steps(self, ctx: HarnessContext) -> list[Step]:
+        """Steps after the run, e.g. copying the CLI's own session logs into logs/agent."""
+
+
+def session_base_url(ctx: HarnessContext) -> str:
+    """The gateway root with the session's path prefix: binds every call even without the key."""
+    return f"{ctx.gateway_url.rstrip('/')}/s/{ctx.session_id}"
+
+
+def gateway_env(ctx: HarnessContext) -> dict[str, str]:
+    """What every step sees: the gateway's base URL for each provider API, the session id as every API
+    key, and the session's folders (reference system §5.6)."""
+    base = session_base_url(ctx)
+    sid, lay = ctx.session_id, ctx.layout
+    return {
+        "ANTHROPIC_BASE_URL": base, "ANTHROPIC_API_KEY": sid,
+        "OPENAI_BASE_URL": f"{base}/v1", "OPENAI_API_KEY": sid,
+        "GOOGLE_API_URL": base, "GOOGLE_GEMINI_BASE_URL": base, "GOOGLE_API_KEY": sid, "GEMINI_API_KEY": sid,
+        "SESSION_ID": sid, "TASK_ID": ctx.task_id, "HOME": lay.home, "SESSION_DIR": lay.root,
+        "WORKSPACE": lay.workspace, "ARTIFACTS_DIR": lay.artifacts, "LOGS_DIR": lay.logs,
+        "AGENT_LOG_DIR": lay.agent_logs,
+    }

@@ -1,0 +1,174 @@
+"""What a trainer sends and gets back: TaskRequest in, SessionResult / TaskResult out (pydantic v2).
+
+A TaskRequest expands into `num_samples` sessions, each with its own `sk-tap-<uuid4>` id; that id is the
+API key its harness uses, so every model call lands in the session without the harness knowing.
+Validation here is the one place a bad task is refused: a rejected task creates nothing.
+"""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime
+from enum import StrEnum
+from typing import Any, Literal
+
+from pydantic import AnyHttpUrl, BaseModel, ConfigDict, Field, field_validator, model_validator
+from tracetap.store.paths import validate_name
+
+SESSION_PREFIX = "sk-tap-"
+
+
+class SessionStatus(StrEnum):
+    REGISTERED = "REGISTERED"
+    INITIALIZING = "INITIALIZING"
+    READY = "READY"
+    RUNNING = "RUNNING"
+    POST_RUN = "POST_RUN"
+    BUILDING = "BUILDING"
+    EVALUATING = "EVALUATING"
+    COMPLETED = "COMPLETED"
+    ERROR = "ERROR"
+    TIMEOUT = "TIMEOUT"
+    CANCELLED = "CANCELLED"
+
+
+TERMINAL = frozenset({SessionStatus.COMPLETED, SessionStatus.ERROR, SessionStatus.TIMEOUT,
+                      SessionStatus.CANCELLED})
+
+
+def new_session_id() -> str:
+    return SESSION_PREFIX + str(uuid.uuid4())
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class PrepareAction(_Strict):
+    """One INIT step: copy a host file or folder into the runtime, or run a command in it."""
+
+    type: Literal["upload_file", "upload_dir", "exec"]
+    source: str | None = None
+    target: str | None = None
+    command: str | None = None
+    cwd: str | None = None
+    env: dict[str, str] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _complete(self) -> PrepareAction:
+        if self.type == "exec" and not self.command:
+            raise ValueError("an exec action needs a command")
+        if self.type != "exec" and not (self.source and self.target):
+            raise ValueError(f"an {self.type} action needs a source and a target")
+        return self
+
+
+class RuntimeSpec(_Strict):
+    """Where a session's processes run. `local` is a private directory on this machine."""
+
+    backend: Literal["local", "docker", "podman"] = "local"
+    image: str | None = None
+    prepare: list[PrepareAction] = Field(default_factory=list)
+    env: dict[str, str] = Field(default_factory=dict)
+    workdir: str | None = None
+    network: str = "host"
+    cpus: float | None = Field(None, gt=0)
+    memory_mb: int | None = Field(None, gt=0)
+    allow_internet: bool = False
+
+
+class AgentSpec(_Strict):
+    """The harness to run (a preset name), the model it must use everywhere, and its knobs."""
+
+    harness: str
+    model_name: str | None = None
+    settings: dict[str, Any] = Field(default_factory=dict)
+    env: dict[str, str] = Field(default_factory=dict)
+
+    @field_validator("harness")
+    @classmethod
+    def _known_harness(cls, name: str) -> str:
+        from tracetap.rollout.harnesses import HARNESSES
+
+        if name not in HARNESSES:
+            raise ValueError(f"unknown harness {name!r}; known: {', '.join(sorted(HARNESSES))}")
+        return name
+
+
+class EvaluatorSpec(_Strict):
+    name: str
+    config: dict[str, Any] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _resolvable(self) -> EvaluatorSpec:
+        from tracetap.evaluators.base import create
+
+        create(self.name).check_config(self.config)  # raises ValueError with the reason
+        return self
+
+
+class TaskRequest(_Strict):
+    task_id: str
+    instruction: str
+    num_samples: int = Field(1, ge=1, le=4096)
+    timeout_seconds: float = Field(600.0, gt=0)
+    runtime: RuntimeSpec = Field(default_factory=RuntimeSpec)
+    agent: AgentSpec
+    builder: str = "per_request"
+    evaluator: EvaluatorSpec | None = None
+    callback_url: AnyHttpUrl | None = None
+    metadata: dict[str, Any] = Field(default_factory=dict)
+
+    @field_validator("task_id")
+    @classmethod
+    def _path_safe(cls, task_id: str) -> str:
+        return validate_name(task_id, "task_id")  # task ids become directory names in the store
+
+    @field_validator("builder")
+    @classmethod
+    def _known_builder(cls, name: str) -> str:
+        from tracetap.builders.runner import BUILDERS
+
+        if name not in BUILDERS:
+            raise ValueError(f"unknown builder {name!r}; known: {', '.join(sorted(BUILDERS))}")
+        return name
+
+
+class SessionContext(_Strict):
+    """One sample of a task, as a node receives it."""
+
+    session_id: str
+    task: TaskRequest
+    sample_index: int = 0
+
+
+class Timing(_Strict):
+    queued_ms: float | None = None
+    init_ms: float | None = None
+    run_ms: float | None = None
+    postrun_ms: float | None = None
+
+
+class SessionResult(_Strict):
+    session_id: str
+    task_id: str
+    status: SessionStatus
+    reward: float | None = None
+    traces: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    timing: Timing = Field(default_factory=Timing)
+    node_id: str | None = None
+    error: str | None = None
+    logs: dict[str, str] = Field(default_factory=dict)  # name -> path of a log file
+    timeline: dict[str, float] = Field(default_factory=dict)  # stage event -> unix time (queued, init_start, ...)
+    finished_at: datetime | None = None
+
+
+class TaskResult(_Strict):
+    task_id: str
+    status: Literal["running", "completed", "failed", "cancelled"]
+    session_ids: list[str]
+    results: list[SessionResult] = Field(default_factory=list)
+    submitted_at: datetime | None = None
+    finished_at: datetime | None = None

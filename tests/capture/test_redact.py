@@ -1,0 +1,81 @@
+"""Redaction: secret keys in any spelling, header pairs, URL credentials, secret query parameters;
+tool schemas and sampled logprob tokens left alone; no nesting depth breaks it."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+from tracetap.capture.redact import MASK, Redactor, normalize_key, redact
+
+
+@pytest.mark.parametrize(("value", "expected"), [
+    ({"api_key": "sk-1", "model": "m"}, {"api_key": MASK, "model": "m"}),
+    ({"Authorization": "Bearer x", "x-api-key": "k", "X-Goog-Api-Key": "g"},
+     {"Authorization": MASK, "x-api-key": MASK, "X-Goog-Api-Key": MASK}),
+    ({"extra_body": {"openai_api_key": "k", "auth_token": "t", "client_secret": "c", "auth": "a"}},
+     {"extra_body": {"openai_api_key": MASK, "auth_token": MASK, "client_secret": MASK, "auth": MASK}}),
+    ({"metadata": {"token": "1", "accessToken": "2", "clientSecret": "3", "private_key": "4", "passwd": "5",
+                   "credentials": {"user": "u", "pass": "p"}, "note": "kept"}},
+     {"metadata": {"token": MASK, "accessToken": MASK, "clientSecret": MASK, "private_key": MASK, "passwd": MASK,
+                   "credentials": MASK, "note": "kept"}}),
+    ({"extra_headers": {"Proxy-Authorization": "Basic x", "Accept": "json"}},
+     {"extra_headers": {"Proxy-Authorization": MASK, "Accept": "json"}}),
+    ({"headers": [{"name": "X-Api-Key", "value": "k"}, {"name": "Accept", "value": "json"}]},
+     {"headers": [{"name": "X-Api-Key", "value": MASK}, {"name": "Accept", "value": "json"}]}),
+    ({"messages": [{"role": "user", "content": "my password is hunter2"}]},
+     {"messages": [{"role": "user", "content": "my password is hunter2"}]}),
+    ({"max_tokens": 5, "top_logprobs": 2, "prompt_tokens": 3, "stop_token_ids": [1], "token": None},
+     {"max_tokens": 5, "top_logprobs": 2, "prompt_tokens": 3, "stop_token_ids": [1], "token": None}),
+    ({"tools": [{"parameters": {"properties": {"api_key": {"type": "string"}, "token": {"type": "string"}}}}]},
+     {"tools": [{"parameters": {"properties": {"api_key": {"type": "string"}, "token": {"type": "string"}}}}]}),
+    ({"logprobs": {"content": [{"token": "Hi", "logprob": -0.1, "top_logprobs": [{"token": "Hi", "logprob": -1}]}]}},
+     {"logprobs": {"content": [{"token": "Hi", "logprob": -0.1, "top_logprobs": [{"token": "Hi", "logprob": -1}]}]}}),
+    ([{"key": "AIza"}, "plain"], [{"key": MASK}, "plain"]),
+])
+def test_redact(value, expected):
+    before = copy.deepcopy(value)
+    assert redact(value) == expected
+    assert value == before  # the input is never changed
+
+
+@pytest.mark.parametrize("spelling", ["accessToken", "access-token", "ACCESS_TOKEN", "Access Token", "access.token"])
+def test_key_spellings_are_one_name(spelling):
+    assert normalize_key(spelling) == "accesstoken"
+    assert redact({spelling: "t"}) == {spelling: MASK}
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ("postgres://app:hunter2@db:5432/app", f"postgres://app:{MASK}@db:5432/app"),
+    ("see redis://:pw@cache/0 and https://host:8080/p@x", f"see redis://:{MASK}@cache/0 and https://host:8080/p@x"),
+    ("GET https://x.test/a?alt=sse&sig=abc&token=t-1#f", f"GET https://x.test/a?alt=sse&sig={MASK}&token={MASK}#f"),
+    ("/v1/models?key=AIza&page=2", f"/v1/models?key={MASK}&page=2"),
+    ("a=1 and b = 2", "a=1 and b = 2"),
+])
+def test_text_masks_url_credentials_and_secret_parameters(text, expected):
+    assert redact(text) == expected
+    assert redact(expected) == expected  # idempotent
+
+
+def test_connection_string_in_a_body():
+    body = {"connection_string": "mysql://root:s3cr3t@10.0.0.1/db", "note": "ok"}
+    assert redact(body) == {"connection_string": f"mysql://root:{MASK}@10.0.0.1/db", "note": "ok"}
+
+
+def test_extra_keys_match_in_any_spelling():
+    redactor = Redactor(["my_custom_field"])
+    value = {"myCustomField": "a", "my-custom-field": "b", "MY_CUSTOM_FIELD": "c", "other": "d"}
+    assert redactor.redact(value) == {"myCustomField": MASK, "my-custom-field": MASK, "MY_CUSTOM_FIELD": MASK,
+                                      "other": "d"}
+    assert redact(value) == value  # the default redactor does not know that name
+
+
+def test_deep_nesting_does_not_exhaust_the_stack():
+    depth = 200_000
+    value: object = {"api_key": "sk-deep"}
+    for _ in range(depth):
+        value = {"a": [value]}
+    masked = redact(value)
+    for _ in range(depth):
+        masked = masked["a"][0]
+    assert masked == {"api_key": MASK}
