@@ -21,8 +21,9 @@ def escape_surrogates(text: str) -> str:
 
 
 def dumps(value: object) -> str:
-    """Compact JSON, non-ASCII kept, lone surrogates escaped (the escape is valid inside a JSON string)."""
-    return escape_surrogates(json.dumps(value, ensure_ascii=False, separators=(",", ":")))
+    """Compact JSON, non-ASCII kept, lone surrogates escaped (the escape is valid inside a JSON string);
+    never NaN or Infinity, which are not JSON (bodies are parsed strictly, so none should get here)."""
+    return escape_surrogates(json.dumps(value, ensure_ascii=False, allow_nan=False, separators=(",", ":")))
 
 
 def dump_bytes(value: object) -> bytes:

@@ -13,7 +13,6 @@ counted per session. The body sent upstream is redacted (capture/redact.py) like
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import time
 import uuid
@@ -24,6 +23,7 @@ from datetime import UTC, datetime
 from tracetap.capture import detect as routes
 from tracetap.capture.adapters import ADAPTERS
 from tracetap.capture.adapters.base import AdapterError, RequestContext
+from tracetap.capture.json_body import BodyError, parse_body
 from tracetap.capture.jsontext import dump_bytes
 from tracetap.capture.record import Call, build_row, display_path
 from tracetap.capture.redact import DEFAULT, Redactor
@@ -147,9 +147,9 @@ class GatewayService:
         if route.endpoint not in (routes.GENERATE, routes.COUNT_TOKENS):
             return None
         try:
-            data = json.loads(request.body)
-        except (ValueError, UnicodeDecodeError) as exc:
-            raise Reject(400, f"request body is not valid JSON: {exc}") from None
+            data = parse_body(request.body)
+        except BodyError as exc:
+            raise Reject(400, str(exc)) from None
         if not isinstance(data, dict):
             raise Reject(400, "request body must be a JSON object")
         return data

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from tracetap.capture import answer_fields as fields
 from tracetap.capture.answer_fields import InvalidAnswer
 from tracetap.capture.http1 import Pool, Response
+from tracetap.capture.json_body import parse_body
 from tracetap.capture.jsontext import dump_bytes
 
 KINDS = ("vllm", "sglang")
@@ -338,7 +339,7 @@ def _decode(response: Response) -> tuple[dict, bool]:
 
     HTTP errors raise UpstreamError with the upstream's status and its Retry-After."""
     try:
-        body = json.loads(response.content) if response.content else None
+        body = parse_body(response.content) if response.content else None  # strict: no NaN, bounded
     except ValueError:
         body = None
     streamed = body is None and _is_stream(response)

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Runs the default test tier, then the marked tiers that issues require (harness CLIs from npm).
+# Runs the default test tier, then the marked tiers that issues require (request fuzzing, harness CLIs from npm).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 VENV=${TRACETAP_VENV:-.venv}
@@ -11,4 +11,5 @@ if [ ! -x /usr/bin/chromium ] && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/
 fi
 "$VENV/bin/ruff" check .
 "$VENV/bin/python" -m pytest -q "$@"
+"$VENV/bin/python" -m pytest -q -m fuzz tests/capture
 "$VENV/bin/python" -m pytest -q -m harness tests/harness

@@ -3,6 +3,8 @@
 Pure functions, no I/O. The same history always renders the same way, so each prompt extends the
 previous one: the per-request billing line is stripped from system text, thinking is kept as the
 assistant's `reasoning`, and tool_use inputs go back upstream as the arguments the model produced.
+Shapes are checked first against `schemas.anthropic`; the checks here are the ones a schema cannot
+say (which block types a role may carry, names that must match).
 """
 
 from __future__ import annotations
@@ -11,6 +13,8 @@ import re
 
 from tracetap.capture.adapters.base import AdapterError, RequestContext
 from tracetap.capture.adapters.chat_parts import arguments_text
+from tracetap.capture.adapters.schemas import validate
+from tracetap.capture.adapters.schemas.anthropic import MessagesRequest
 
 # Claude Code puts a per-request hash (`cch=`) in this system line; left in, no two prompts share a prefix.
 _BILLING_LINE = re.compile(r"^[ \t]*x-anthropic-billing-header:[^\n]*(?:\n|$)", re.IGNORECASE | re.MULTILINE)
@@ -23,15 +27,9 @@ _THINKING = {"enabled": True, "adaptive": True, "between_tools": True, "disabled
 
 def to_chat_request(body: dict, ctx: RequestContext) -> dict:
     """The chat request for a Messages (or count_tokens) body; raises AdapterError on bad input."""
-    if not isinstance(body, dict):
-        raise AdapterError("request body must be a JSON object")
-    _typed(body, "model", str, "a string", required=True)
-    messages = _typed(body, "messages", list, "an array of messages", required=True)
-    if not messages:
-        raise AdapterError("messages: at least one message is required")
-    _typed(body, "stream", bool, "a boolean")
+    validate(MessagesRequest, body)
     chat: dict = {"model": ctx.served_model, "messages": _system(body.get("system"), "system")}
-    chat["messages"] += _messages(messages)
+    chat["messages"] += _messages(body["messages"])
     max_tokens = _typed(body, "max_tokens", int, "an integer", required=not _is_count_tokens(ctx))
     if max_tokens is not None:
         if max_tokens < 1:
@@ -39,9 +37,10 @@ def to_chat_request(body: dict, ctx: RequestContext) -> dict:
         chat["max_tokens"] = max_tokens
     chat.update(_tool_fields(body))
     chat.update(_sampling_fields(body))
-    thinking = _enable_thinking(body.get("thinking"))
-    if thinking is not None:
-        chat["chat_template_kwargs"] = {"enable_thinking": thinking}
+    if body.get("thinking") is not None:
+        chat["chat_template_kwargs"] = {"enable_thinking": _THINKING[body["thinking"]["type"]]}
+    if (response_format := _response_format(body.get("output_config"))) is not None:
+        chat["response_format"] = response_format
     return chat
 
 
@@ -260,9 +259,7 @@ def _tool_call(block: dict, path: str) -> dict:
 def _tool_fields(body: dict) -> dict:
     """`tools` (custom tools only) and the mapped `tool_choice`, omitted when no tool remains."""
     functions = []
-    for i, tool in enumerate(_typed(body, "tools", list, "an array of tools") or []):
-        if not isinstance(tool, dict):
-            raise AdapterError(f"tools.{i}: expected a tool object")
+    for i, tool in enumerate(body.get("tools") or []):
         if tool.get("type") in (None, "custom"):  # any other type is an Anthropic server tool
             functions.append(_function(tool, f"tools.{i}"))
     choice = _tool_choice(body.get("tool_choice"))
@@ -285,39 +282,29 @@ def _function(tool: dict, path: str) -> dict:
     return {"type": "function", "function": function}
 
 
-def _tool_choice(choice: object) -> dict:
+def _tool_choice(choice: dict | None) -> dict:
     if choice is None:
         return {}
-    if not isinstance(choice, dict) or choice.get("type") not in (*_TOOL_CHOICES, "tool"):
-        raise AdapterError("tool_choice: expected an object with type 'auto', 'any', 'tool' or 'none'")
     if choice["type"] == "tool":
         name = _typed(choice, "name", str, "a string", "tool_choice", True)
         fields: dict = {"tool_choice": {"type": "function", "function": {"name": name}}}
     else:
         fields = {"tool_choice": _TOOL_CHOICES[choice["type"]]}
-    if _typed(choice, "disable_parallel_tool_use", bool, "a boolean", "tool_choice"):
+    if choice.get("disable_parallel_tool_use"):
         fields["parallel_tool_calls"] = False
     return fields
 
 
 def _sampling_fields(body: dict) -> dict:
-    fields = {}
-    for key in ("temperature", "top_p"):
-        if (value := _typed(body, key, (int, float), "a number")) is not None:
-            fields[key] = value
-    if (top_k := _typed(body, "top_k", int, "an integer")) is not None:
-        fields["top_k"] = top_k
-    stops = _typed(body, "stop_sequences", list, "an array of strings") or []
-    if not all(isinstance(stop, str) for stop in stops):
-        raise AdapterError("stop_sequences: expected an array of strings")
-    if stops:
-        fields["stop"] = stops
+    fields = {key: body[key] for key in ("temperature", "top_p", "top_k") if body.get(key) is not None}
+    if body.get("stop_sequences"):
+        fields["stop"] = body["stop_sequences"]
     return fields
 
 
-def _enable_thinking(thinking: object) -> bool | None:
-    if thinking is None:
+def _response_format(config: dict | None) -> dict | None:
+    """`output_config.format` (a JSON schema the answer must follow) as Chat's `response_format`."""
+    fmt = (config or {}).get("format")
+    if fmt is None:
         return None
-    if not isinstance(thinking, dict) or thinking.get("type") not in _THINKING:
-        raise AdapterError("thinking: expected an object with type 'enabled', 'adaptive' or 'disabled'")
-    return _THINKING[thinking["type"]]
+    return {"type": "json_schema", "json_schema": {"name": fmt.get("name") or "output", "schema": fmt["schema"]}}

@@ -11,11 +11,10 @@ produced is always returned as a thought part (the SDKs keep thought parts out o
 
 from __future__ import annotations
 
-import json
-
 from tracetap.capture.adapters.base import RequestContext, first_choice, reasoning_text, request_body, sse_frame
 from tracetap.capture.adapters.chat_parts import arguments_object, usage_of
 from tracetap.capture.adapters.gemini_request import include_thoughts, to_chat_request
+from tracetap.capture.jsontext import dumps
 
 __all__ = [
     "API", "to_chat_request", "from_chat_response", "to_sse_events", "error_body", "error_event",
@@ -101,7 +100,7 @@ def _usage(chat: dict) -> dict:
 
 
 def _one_line_json(obj: dict) -> str:
-    text = json.dumps(obj, ensure_ascii=False, separators=(",", ":"))
+    text = dumps(obj)
     for char, escape in _LINE_BREAKS.items():
         text = text.replace(char, escape)
     return text

@@ -2,7 +2,9 @@
 
 The REST API accepts both lowerCamel and snake_case field names, so this does too. Function calls
 and responses are paired by the ids the request carries; when a client sends none, ids are derived
-from positions, so the same history always renders to the same prompt.
+from positions, so the same history always renders to the same prompt. Shapes are checked first
+against `schemas.gemini`; the checks here are the ones a schema cannot say (which parts a role may
+carry, required names, image-only media).
 """
 
 from __future__ import annotations
@@ -12,6 +14,8 @@ import re
 
 from tracetap.capture.adapters.base import AdapterError, RequestContext
 from tracetap.capture.adapters.chat_parts import arguments_text
+from tracetap.capture.adapters.schemas import validate
+from tracetap.capture.adapters.schemas.gemini import GenerateRequest
 
 _JSON_TYPES = {
     "object": dict, "array": list, "string": str, "boolean": bool, "integer": int, "number": (int, float),
@@ -43,7 +47,7 @@ Part = tuple[str, object]  # (kind, parsed value)
 
 def to_chat_request(body: dict, ctx: RequestContext) -> dict:
     """The chat request sent upstream for a generateContent (or countTokens) body."""
-    body = _object(body, "request body")
+    validate(GenerateRequest, body)
     wrapped = _field(body, "generateContentRequest", "object", "")
     if wrapped is not None and "contents" not in body:  # countTokens' alternative shape
         body = wrapped

@@ -1,10 +1,10 @@
 """OpenAI Chat Completions <-> the upstream's Chat Completions: a checked, normalized pass-through.
 
-Requests: types are checked (a clear 400 instead of an upstream pydantic dump), `developer` becomes
-`system`, `max_completion_tokens` becomes `max_tokens`, only the fields the upstream API defines are
-forwarded (chat_fields.py: never an `api_key` or SDK `extra_headers`), and the model becomes the
-served one. Responses: the upstream body with the harness's own
-model name and without token arrays; streams are replayed as chunks (protocols.md §4.1).
+Requests: shapes are checked against `schemas.openai_chat` (a 400 naming the field instead of an
+upstream pydantic dump), `developer` becomes `system`, `max_completion_tokens` becomes `max_tokens`,
+only the fields the upstream API defines are forwarded (chat_fields.py: never an `api_key` or SDK
+`extra_headers`), and the model becomes the served one. Responses: the upstream body with the
+harness's own model name and without token arrays; streams are replayed as chunks (protocols.md §4.1).
 """
 
 from __future__ import annotations
@@ -20,27 +20,10 @@ from tracetap.capture.adapters.base import (
     sse_frame,
 )
 from tracetap.capture.adapters.chat_fields import forwarded
+from tracetap.capture.adapters.schemas import validate
+from tracetap.capture.adapters.schemas.openai_chat import ChatRequest
 
 API = "openai_chat"
-ROLES = {"system", "developer", "user", "assistant", "tool", "function"}
-_TYPES = {  # key -> (accepted types, description)
-    "model": ((str,), "a string"),
-    "stream": ((bool,), "a boolean"),
-    "max_tokens": ((int,), "an integer"),
-    "max_completion_tokens": ((int,), "an integer"),
-    "temperature": ((int, float), "a number"),
-    "top_p": ((int, float), "a number"),
-    "seed": ((int,), "an integer"),
-    "logprobs": ((bool,), "a boolean"),
-    "top_logprobs": ((int,), "an integer"),
-    "n": ((int,), "an integer"),
-    "stop": ((str, list), "a string or a list of strings"),
-    "tools": ((list,), "a list"),
-    "tool_choice": ((str, dict), "a string or an object"),
-    "response_format": ((dict,), "an object"),
-    "stream_options": ((dict,), "an object"),
-    "chat_template_kwargs": ((dict,), "an object"),
-}
 _ERROR_TYPES = {
     "invalid_request": "invalid_request_error",
     "not_found": "invalid_request_error",
@@ -56,8 +39,7 @@ _CREATED = int(time.time())  # models have no creation date here; the gateway's 
 
 def to_chat_request(body: dict, ctx: RequestContext) -> dict:
     """The harness's request as the upstream should see it. Raises AdapterError on bad input."""
-    _check_types(body)
-    _check_messages(body.get("messages"))
+    validate(ChatRequest, body)
     if body.get("n") not in (None, 1):
         raise AdapterError("n other than 1 is not supported: the gateway records one completion per call")
     chat = forwarded(body)  # shared values are never mutated
@@ -66,47 +48,6 @@ def to_chat_request(body: dict, ctx: RequestContext) -> dict:
         chat["max_tokens"] = body["max_completion_tokens"]
     chat["model"] = ctx.served_model or ctx.requested_model
     return chat
-
-
-def _check_types(body: dict) -> None:
-    for key, (types, description) in _TYPES.items():
-        value = body.get(key)
-        if value is None:
-            continue
-        if isinstance(value, bool) and bool not in types or not isinstance(value, types):
-            raise AdapterError(f"'{key}' must be {description}, got {type(value).__name__}")
-    stop = body.get("stop")
-    if isinstance(stop, list) and not all(isinstance(s, str) for s in stop):
-        raise AdapterError("'stop' must be a string or a list of strings")
-    if any(not isinstance(tool, dict) for tool in body.get("tools") or []):
-        raise AdapterError("every entry of 'tools' must be an object")
-
-
-def _check_messages(messages: object) -> None:
-    if not isinstance(messages, list) or not messages:
-        raise AdapterError("'messages' must be a non-empty list of message objects")
-    for i, message in enumerate(messages):
-        if not isinstance(message, dict):
-            raise AdapterError(f"messages[{i}] must be an object")
-        if message.get("role") not in ROLES:
-            raise AdapterError(f"messages[{i}].role must be one of {', '.join(sorted(ROLES))}")
-        content = message.get("content")
-        if content is not None and not isinstance(content, str | list):
-            raise AdapterError(f"messages[{i}].content must be a string, a list of parts or null")
-        if isinstance(content, list) and not all(isinstance(p, dict) for p in content):
-            raise AdapterError(f"messages[{i}].content parts must be objects")
-        _check_tool_calls(i, message.get("tool_calls"))
-
-
-def _check_tool_calls(i: int, calls: object) -> None:
-    if calls is None:
-        return
-    if not isinstance(calls, list):
-        raise AdapterError(f"messages[{i}].tool_calls must be a list")
-    for call in calls:
-        function = call.get("function") if isinstance(call, dict) else None
-        if not isinstance(function, dict) or not isinstance(function.get("name"), str):
-            raise AdapterError(f"messages[{i}].tool_calls entries need function.name")
 
 
 def _normalize_message(message: dict) -> dict:

@@ -17,6 +17,9 @@ Request (protocols.md §2.2):
   any other effort -> true. `store`, `metadata`, `include`, `prompt_cache_key`, ... are ignored.
 - Stateless: `previous_response_id` and `conversation` are a 400.
 
+Shapes are checked first against `schemas.openai_responses`; the checks here are the ones a schema
+cannot say (which items may follow which, names that must be declared).
+
 Responses and streams are built in `openai_responses_output`; they read the harness's body from
 `ctx.extra["request"]` to echo it and to render shell and custom tool calls as their own item types.
 """
@@ -39,6 +42,8 @@ from tracetap.capture.adapters.openai_responses_output import (
     shell_tool,
     to_sse_events,
 )
+from tracetap.capture.adapters.schemas import validate
+from tracetap.capture.adapters.schemas.openai_responses import ResponsesRequest
 
 __all__ = ["to_chat_request", "from_chat_response", "to_sse_events", "error_body", "error_events",
            "count_tokens_body"]
@@ -62,8 +67,7 @@ _OVERFLOW = re.compile(r"maximum context length|context window|context length ex
 
 def to_chat_request(body: dict, ctx: RequestContext) -> dict:
     """The chat request for a Responses request; raises AdapterError on bad input."""
-    if not isinstance(body, dict):
-        raise AdapterError("request body must be a JSON object")
+    validate(ResponsesRequest, body)
     for key in ("previous_response_id", "conversation"):
         if body.get(key) is not None:
             raise AdapterError(f"`{key}` is not supported: this gateway is stateless and stores no responses;"

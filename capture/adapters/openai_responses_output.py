@@ -17,7 +17,6 @@ for truncated turns (status `incomplete`), because Codex and the SDK's `get_fina
 from __future__ import annotations
 
 import base64
-import binascii
 import json
 import re
 
@@ -75,7 +74,7 @@ def open_reasoning(blob: object) -> str | None:
         return None
     try:
         return base64.b64decode(blob[len(SEAL_PREFIX):], altchars=b"-_", validate=True).decode("utf-8", "surrogatepass")
-    except (binascii.Error, UnicodeDecodeError) as exc:
+    except ValueError as exc:  # bad base64, non-ASCII text, or bytes that are not UTF-8
         raise AdapterError("reasoning encrypted_content carries our prefix but is corrupted") from exc
 
 

@@ -60,6 +60,9 @@ def system(text: str) -> dict:
     return {"role": "system", "content": text}
 
 
+# Claude Code's title call asks for this shape in `output_config.format`.
+TITLE_SCHEMA = {"type": "object", "properties": {"title": {"type": "string"}}, "required": ["title"],
+                "additionalProperties": False}
 REQUESTS = [
     ("system-string", {"system": "Be terse."}, {"messages": [system("Be terse."), HI]}),
     ("system-blocks-joined", {"system": [
@@ -146,7 +149,13 @@ REQUESTS = [
     ("ignored-fields", {"metadata": {"user_id": "u"}, "context_management": {"edits": []}, "stream": True,
                         "output_config": {"effort": "high"}, "cache_control": {"type": "ephemeral"}},
      {"metadata": None, "context_management": None, "output_config": None, "cache_control": None,
-      "stream": None, "model": "tiny", "max_tokens": 64}),
+      "stream": None, "model": "tiny", "max_tokens": 64, "response_format": None}),
+    ("output-config-format", {"output_config": {"format": {"type": "json_schema", "schema": TITLE_SCHEMA}}},
+     {"response_format": {"type": "json_schema", "json_schema": {"name": "output", "schema": TITLE_SCHEMA}},
+      "output_config": None}),
+    ("output-config-format-named", {"output_config": {"effort": "low", "format": {
+        "type": "json_schema", "name": "title", "schema": TITLE_SCHEMA}}},
+     {"response_format": {"type": "json_schema", "json_schema": {"name": "title", "schema": TITLE_SCHEMA}}}),
 ]
 
 
@@ -195,7 +204,7 @@ BAD_REQUESTS = [
     ("not-an-object", ["messages"], "JSON object"),
     ("missing-messages", {"messages": None}, "messages: field required"),
     ("messages-not-array", {"messages": "hi"}, "messages: expected an array"),
-    ("no-messages", {"messages": []}, "at least one message"),
+    ("no-messages", {"messages": []}, "messages: expected at least 1 item"),
     ("missing-max-tokens", {"max_tokens": None}, "max_tokens: field required"),
     ("max-tokens-string", {"max_tokens": "64"}, "max_tokens: expected an integer, got string"),
     ("max-tokens-bool", {"max_tokens": True}, "got boolean"),
@@ -237,6 +246,11 @@ BAD_REQUESTS = [
     ("thinking-unknown", {"thinking": {"type": "maximal"}}, "thinking"),
     ("system-number", {"system": 7}, "system"),
     ("system-image", {"system": [PNG]}, "system.0"),
+    ("output-format-unknown", {"output_config": {"format": {"type": "xml"}}}, "output_config.format.type"),
+    ("output-format-without-schema", {"output_config": {"format": {"type": "json_schema"}}},
+     "output_config.format.schema: field required"),
+    ("thinking-type-unhashable", {"thinking": {"type": ["enabled"]}}, "thinking.type: expected 'enabled'"),
+    ("role-unhashable", {"messages": [{"role": ["user"], "content": "x"}]}, "messages.0.role: expected 'user'"),
 ]
 
 

@@ -322,6 +322,16 @@ def test_client_turns_an_unusable_answer_into_a_502_keeping_the_body(stub_upstre
     assert "choices[0].token_ids" in str(error.value) and error.value.request["return_token_ids"] is True
 
 
+@pytest.mark.parametrize("constant", ["NaN", "Infinity", "-Infinity"])
+def test_client_refuses_an_answer_with_non_standard_numbers(stub_upstream, constant):
+    """Not JSON, so never stored as data: the call fails as unusable instead."""
+    raw = fixture_body("chat_top2").replace(b'"logprob":', f'"logprob":{constant},"was":'.encode(), 1)
+    stub_upstream.plans["nan"] = Plan(answer=lambda _: (200, raw, {}))
+    with pytest.raises(UpstreamError) as error:
+        call(UpstreamClient(stub_upstream.url), {"messages": []}, "nan")
+    assert (error.value.kind, error.value.status) == ("invalid", 502)
+
+
 def test_client_keeps_retry_after(stub_upstream):
     answer = (429, b'{"error":{"message":"slow down","code":429}}', {"retry-after": "7"})
     stub_upstream.plans["busy"] = Plan(answer=lambda _: answer)

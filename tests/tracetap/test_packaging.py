@@ -32,8 +32,8 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_wheel_top_level_is_tracetap_alone(wheel: Path) -> None:
     names = zipfile.ZipFile(wheel).namelist()
     assert {name.split("/")[0] for name in names} == {"tracetap", "tracetap-0.1.0.dist-info"}
-    for package in ("capture", "capture/adapters", "engine", "store", "builders", "evaluators", "queries",
-                    "report", "commands"):
+    for package in ("capture", "capture/adapters", "capture/adapters/schemas", "engine", "store", "builders",
+                    "evaluators", "queries", "report", "commands"):
         assert f"tracetap/{package}/__init__.py" in names
     assert "tracetap/queries/error_rates.sql" in names
     assert "tracetap/engine/chat_template.jinja" in names
