@@ -18,6 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 
+from tracetap.capture import body as bodies
 from tracetap.capture import detect as routes
 from tracetap.capture.adapters import ADAPTERS
 from tracetap.capture.adapters.base import AdapterError, RequestContext
@@ -82,7 +83,7 @@ class GatewayService:
     async def handle(self, method: str, path: str, headers: Mapping[str, str], query: Mapping[str, str],
                      body: bytes) -> Reply:
         request = Request(method.upper(), path, {k.lower(): v for k, v in headers.items()}, query, body)
-        api = routes.plausible_api(split_prefix(path)[1], request.headers)
+        api = caller_api(path, request.headers)
         try:
             return await self._dispatch(request)
         except Reject as exc:
@@ -114,9 +115,10 @@ class GatewayService:
                 routes.SESSION_CLOSE: self._close, routes.NOT_FOUND: self._not_found}
 
     def _body(self, request: Request, route: routes.Route) -> dict | None:
-        if len(request.body) > self.max_body:
-            raise Reject(413, f"request body of {len(request.body)} bytes exceeds the limit of "
-                              f"{self.max_body} bytes", "payload_too_large")
+        try:
+            request.body = bodies.decoded(request.body, request.headers.get("content-encoding"), self.max_body)
+        except bodies.BodyRefused as exc:
+            raise Reject(exc.status, str(exc), exc.kind) from None
         if route.endpoint not in (routes.GENERATE, routes.COUNT_TOKENS):
             return None
         try:
@@ -232,6 +234,12 @@ class GatewayService:
                 await asyncio.to_thread(self.writer.compact_idle, idle_seconds)
             except Exception:
                 logger.exception("idle compaction failed")
+
+
+def caller_api(path: str, headers: Mapping[str, str]) -> str:
+    """The API whose error shape the caller parses, from its path (session prefix included) and
+    lower-cased headers alone."""
+    return routes.plausible_api(split_prefix(path)[1], headers)
 
 
 def error_reply(api: str, status: int, message: str, kind: str) -> Reply:
