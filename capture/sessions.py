@@ -8,8 +8,9 @@
    hex digits of its sha256, so the key itself never reaches disk;
 5. nothing at all: the session `default`.
 
-Blank values count as none given. An explicit id that does not match the store's pattern is an
-error (a 400 in the caller's API shape), never silently replaced.
+Blank values count as none given. An explicit id (an API key that names a session included) is
+taken exactly as sent: one that does not match the store's pattern, surrounding whitespace or a
+newline included, is an error (a 400 in the caller's API shape), never trimmed or replaced.
 """
 
 from __future__ import annotations
@@ -61,9 +62,9 @@ def bind(path: str, headers: Mapping[str, str], query: Mapping[str, str],
     key = api_key(headers, query)
     if key is None:
         return Binding(DEFAULT_SESSION, rest, "default")
-    if key in registered or key.startswith(SESSION_KEY_PREFIX):
+    if key.strip() in registered or key.strip().startswith(SESSION_KEY_PREFIX):
         return Binding(_valid(key, rest, shown="the API key"), rest, "api_key")
-    return Binding(key_session_id(key), rest, "api_key")
+    return Binding(key_session_id(key.strip()), rest, "api_key")
 
 
 def _explicit(sid: str | None, headers: Mapping[str, str],
@@ -73,18 +74,18 @@ def _explicit(sid: str | None, headers: Mapping[str, str],
     candidates.append((query.get("session_id"), "query"))
     for value, source in candidates:
         if _given(value):
-            return value.strip(), source
+            return value, source
     return None
 
 
 def api_key(headers: Mapping[str, str], query: Mapping[str, str]) -> str | None:
-    """The first non-blank API key the client sent, wherever it put it."""
+    """The first non-blank API key the client sent, wherever it put it, as sent."""
     auth = headers.get("authorization") or ""
     scheme, _, token = auth.strip().partition(" ")
     candidates = [token if scheme.lower() == "bearer" else auth]
     candidates += [headers.get(name) for name in KEY_HEADERS]
     candidates.append(query.get("key"))
-    return next((value.strip() for value in candidates if _given(value)), None)
+    return next((value for value in candidates if _given(value)), None)
 
 
 def key_session_id(key: str) -> str:

@@ -204,3 +204,20 @@ def test_a_broken_chunked_body_closes_the_connection(gw):
     head = request_head("POST", "/v1/chat/completions", "Transfer-Encoding: chunked")
     assert exchange(gw.port, head + b"zz\r\n{}\r\n0\r\n\r\n", timeout=10) == b""
     assert httpx.post(f"{gw.url}/v1/chat/completions", content=GOOD).status_code == 200
+
+
+@pytest.mark.parametrize(("path", "headers", "shape"), [
+    ("/v1/chat/completions?session_id=a%0A", {}, "openai"),
+    ("/s/%20a/v1/messages", {"anthropic-version": "2023-06-01"}, "anthropic"),
+    ("/v1/chat/completions?key=sk-tap-a%20", {}, "openai"),
+])
+def test_session_ids_with_whitespace_are_a_400(gw, path, headers, shape):
+    before = live.settled_snapshot(gw.store)
+    response = httpx.post(gw.url + path, content=GOOD, headers=headers)
+    assert response.status_code == 400
+    body = response.json()
+    if shape == "anthropic":
+        assert body["type"] == "error" and "session id" in body["error"]["message"]
+    else:
+        assert set(body["error"]) == OPENAI_KEYS and "session" in body["error"]["message"]
+    assert live.settled_snapshot(gw.store) == before

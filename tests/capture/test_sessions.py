@@ -41,6 +41,14 @@ def test_registered_key_is_the_session_id():
     headers = {"authorization": "Bearer my-run"}
     assert bind(CHAT, headers, {}, registered={"my-run"}) == Binding("my-run", CHAT, "api_key")
     assert bind(CHAT, headers, {}).session_id == key_id("my-run")
+    with pytest.raises(SessionError):  # never trimmed to the registered id
+        bind(CHAT, {}, {"key": "my-run "}, registered={"my-run"})
+
+
+@pytest.mark.parametrize("blank", ["", " ", "\n", " \t "])
+def test_blank_values_are_none_given(blank):
+    headers = {"x-tracetap-session": blank, "x-session-id": blank, "x-api-key": blank}
+    assert bind(CHAT, headers, {"session_id": blank, "key": blank}) == Binding(DEFAULT_SESSION, CHAT, "default")
 
 
 def test_hashed_key_never_contains_the_key():
@@ -56,6 +64,13 @@ def test_hashed_key_never_contains_the_key():
     (CHAT, {"x-session-id": "x" * 129}, {}),
     (CHAT, {}, {"session_id": "a/b"}),
     (CHAT, {"authorization": "Bearer sk-tap-bad/key"}, {}),
+    ("/s/%20a/v1/chat/completions", {}, {}),
+    (CHAT, {"x-tracetap-session": " a"}, {}),
+    (CHAT, {"x-session-id": "a "}, {}),
+    (CHAT, {}, {"session_id": "a\n"}),
+    (CHAT, {}, {"session_id": "\ta"}),
+    (CHAT, {}, {"key": "sk-tap-a\n"}),
+    (CHAT, {"authorization": "Bearer  sk-tap-a"}, {}),
 ])
 def test_invalid_explicit_ids_are_errors(path, headers, query):
     with pytest.raises(SessionError) as error:
