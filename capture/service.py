@@ -22,6 +22,7 @@ from tracetap.capture import body as bodies
 from tracetap.capture import detect as routes
 from tracetap.capture.adapters import ADAPTERS
 from tracetap.capture.adapters.base import AdapterError, RequestContext
+from tracetap.capture.bounded import RecentSet
 from tracetap.capture.record import Call, build_row, display_path
 from tracetap.capture.sessions import SessionError, bind, labels, split_prefix
 from tracetap.capture.upstream import UpstreamClient, UpstreamError
@@ -30,6 +31,7 @@ from tracetap.store.paths import InvalidSessionId, session_dir, validate_session
 logger = logging.getLogger("tracetap.gateway")
 
 MAX_BODY = 32 * 1024 * 1024
+MAX_REGISTERED = 16384  # explicitly named session ids an API key may still bind to (most recent)
 FALLBACK_API = "openai_chat"
 JSON_TYPE = "application/json"
 SSE_HEADERS = {"content-type": "text/event-stream", "cache-control": "no-cache", "x-accel-buffering": "no"}
@@ -72,13 +74,14 @@ class Request:
 
 class GatewayService:
     """Holds the store writer and the upstream client. Session ids harnesses named explicitly count
-    as registered: an API key equal to one binds to it (DESIGN §4)."""
+    as registered: an API key equal to one binds to it (DESIGN §4); the most recent
+    MAX_REGISTERED of them are kept."""
 
     def __init__(self, writer, upstream: UpstreamClient, max_body: int = MAX_BODY):
         self.writer = writer
         self.upstream = upstream
         self.max_body = max_body
-        self.registered: set[str] = set()
+        self.registered: RecentSet[str] = RecentSet(MAX_REGISTERED)
 
     async def handle(self, method: str, path: str, headers: Mapping[str, str], query: Mapping[str, str],
                      body: bytes) -> Reply:
