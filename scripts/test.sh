@@ -11,4 +11,5 @@ if [ ! -x /usr/bin/chromium ] && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/
 fi
 "$VENV/bin/ruff" check .
 "$VENV/bin/python" -m pytest -q "$@"
+"$VENV/bin/python" -m pytest -q -m soak tests/capture/test_gateway_soak.py
 "$VENV/bin/python" -m pytest -q -m harness tests/harness
