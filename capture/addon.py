@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from mitmproxy import ctx, http
-from tracetap.capture.body import too_large
+from tracetap.capture.content_coding import too_large
 from tracetap.capture.replay import RecordedStore, ReplayUpstream
 from tracetap.capture.service import FALLBACK_API, MAX_BODY, GatewayService, Reply, caller_api, error_reply
 from tracetap.capture.upstream import UpstreamClient

@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 
-from tracetap.capture import body as bodies
+from tracetap.capture import content_coding
 from tracetap.capture import detect as routes
 from tracetap.capture.adapters import ADAPTERS
 from tracetap.capture.adapters.base import AdapterError, RequestContext
@@ -119,8 +119,8 @@ class GatewayService:
 
     def _body(self, request: Request, route: routes.Route) -> dict | None:
         try:
-            request.body = bodies.decoded(request.body, request.headers.get("content-encoding"), self.max_body)
-        except bodies.BodyRefused as exc:
+            request.body = content_coding.decoded(request.body, request.headers.get("content-encoding"), self.max_body)
+        except content_coding.BodyRefused as exc:
             raise Reject(exc.status, str(exc), exc.kind) from None
         if route.endpoint not in (routes.GENERATE, routes.COUNT_TOKENS):
             return None

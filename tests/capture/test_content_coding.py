@@ -12,7 +12,7 @@ import zlib
 import brotli
 import pytest
 import zstandard
-from tracetap.capture.body import MAX_CODINGS, BodyRefused, decoded
+from tracetap.capture.content_coding import MAX_CODINGS, BodyRefused, decoded
 
 MiB = 1 << 20
 LIMIT = 4 * MiB
