@@ -13,13 +13,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from mitmproxy import ctx, http
+from tracetap.capture.content_coding import too_large
 from tracetap.capture.redact import Redactor
 from tracetap.capture.replay import RecordedStore, ReplayUpstream
-from tracetap.capture.service import FALLBACK_API, MAX_BODY, GatewayService, Reply, error_reply
+from tracetap.capture.service import FALLBACK_API, MAX_BODY, GatewayService, Reply, caller_api, error_reply
 from tracetap.capture.upstream import UpstreamClient
 from tracetap.store import StoreWriter
 
 logger = logging.getLogger("tracetap.gateway")
+_PROTOCOL_ERROR_KINDS = {400: "invalid_request", 413: "payload_too_large"}
 
 
 @dataclass(frozen=True)
@@ -97,14 +99,26 @@ class Gateway:
         except Exception:
             logger.exception("gateway hook failed")
             reply = error_reply(FALLBACK_API, 500, "internal gateway error (see the gateway log)", "internal")
-        flow.response = http.Response.make(reply.status, reply.body, reply.headers)
+        flow.response = _response(reply)
 
     async def _answer(self, req: http.Request) -> Reply:
         if self.service is None:
             return error_reply(FALLBACK_API, 503, "the gateway is still starting", "internal")
         path = req.path.partition("?")[0]
-        body = req.get_content(strict=False) or b""
+        body = req.raw_content or b""  # still encoded: the service decodes it under its size limit
         return await self.service.handle(req.method, path, dict(req.headers), dict(req.query), body)
+
+    def protocol_error(self, request: http.Request | None, status: int, message: str) -> http.Response:
+        """mitmproxy's own refusals (malformed framing, a body over the limit) in the caller's API shape;
+        `request` is None when even the request head could not be read."""
+        api = FALLBACK_API
+        if request is not None:
+            api = caller_api(request.path.partition("?")[0], {k.lower(): v for k, v in request.headers.items()})
+        if status == 413:
+            message = str(too_large(self.settings.max_body if self.settings else MAX_BODY))
+        else:
+            message = "malformed HTTP request: " + message.partition(". ")[0]
+        return _response(error_reply(api, status, message, _PROTOCOL_ERROR_KINDS.get(status, "internal")))
 
     async def done(self) -> None:
         if self._compaction is not None:
@@ -112,3 +126,7 @@ class Gateway:
         if self.service is not None:
             await self.service.upstream.aclose()
             await asyncio.to_thread(self.service.writer.close)  # pending session rows reach disk
+
+
+def _response(reply: Reply) -> http.Response:
+    return http.Response.make(reply.status, reply.body, reply.headers)

@@ -15,8 +15,9 @@ from pathlib import Path
 from mitmproxy import ctx
 from mitmproxy.options import Options
 from mitmproxy.tools.dump import DumpMaster
-from tracetap.capture import READY_MARKER
+from tracetap.capture import READY_MARKER, framing
 from tracetap.capture.addon import Gateway
+from tracetap.capture.service import MAX_BODY
 
 
 class _Announce:
@@ -59,9 +60,12 @@ async def _serve(listen_host: str, listen_port: int, upstream_url: str, confdir:
     master.addons.get("errorcheck").repeat_errors_on_stderr = True
     gateway = Gateway()
     master.addons.add(gateway, _Announce(gateway, on_ready))
-    # options exist once the addons that declare them are loaded
+    framing.install(gateway.protocol_error)
+    # options exist once the addons that declare them are loaded; the body limit applies while the
+    # body is read, so an oversized one is refused before it is buffered
     opts.update(mode=[f"reverse:{upstream_url}"], listen_host=listen_host, listen_port=listen_port,
-                connection_strategy="lazy", **{f"tracetap_{k}": v for k, v in options.items()})
+                connection_strategy="lazy", body_size_limit=str(options.get("max_body", MAX_BODY)),
+                **{f"tracetap_{k}": v for k, v in options.items()})
     if confdir is not None:
         opts.update(confdir=str(confdir))
     loop = asyncio.get_running_loop()

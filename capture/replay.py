@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pyarrow as pa
+from tracetap.capture.bounded import LruDict
 from tracetap.capture.record import ANSWERED
 from tracetap.capture.replay_match import canonical, check_ignore_path, closest, match_key
 from tracetap.capture.sessions import DEFAULT_SESSION
@@ -54,6 +55,8 @@ logger = logging.getLogger("tracetap.gateway")
 MISS_MODES = ("error", "forward")
 MISS_STATUS = 404
 _LOGGED_DIFFERENCES = 20
+CACHED_RECORDINGS = 64  # recorded sessions kept in memory (read again from the store when needed)
+COUNTED_CALLERS = 4096  # callers whose replayed-answer counts are kept (the most recent ones)
 
 
 class ReplayMiss(UpstreamError):
@@ -124,7 +127,7 @@ class ReplayUpstream:
     counts, and for misses when `miss == "forward"`)."""
 
     def __init__(self, source: RecordedStore, fallback: UpstreamClient, miss: str = "error",
-                 session: str | None = None, ignore: Sequence[str] = ()):
+                 session: str | None = None, ignore: Sequence[str] = (), counted_callers: int = COUNTED_CALLERS):
         if miss not in MISS_MODES:
             raise ValueError(f"unknown replay miss mode {miss!r}; expected one of {', '.join(MISS_MODES)}")
         self.source, self.fallback, self.miss = source, fallback, miss
@@ -133,8 +136,8 @@ class ReplayUpstream:
         self.kind = fallback.kind
         self.models: list[str] = []
         self.served_model: str | None = None
-        self._recordings: dict[str, asyncio.Future] = {}
-        self._used: Counter[tuple[str, str]] = Counter()
+        self._recordings: LruDict[str, asyncio.Future] = LruDict(CACHED_RECORDINGS)
+        self._used: LruDict[str, Counter[str]] = LruDict(counted_callers)  # caller -> key -> replays
 
     async def discover(self) -> list[str]:
         """The recorded served models, then (when misses go upstream) the live ones."""
@@ -159,11 +162,12 @@ class ReplayUpstream:
         key = match_key(wanted)
         caller = session_id or DEFAULT_SESSION
         recording = await self._recording(self.session or caller)
-        seen = self._used[(caller, key)]
+        used = self._used.setdefault(caller, Counter)
+        seen = used[key]
         copies = recording.by_key.get(key, [])
         if seen >= len(copies):
             return await self._missed(chat_request, sent, session_id, recording, wanted, len(copies))
-        self._used[(caller, key)] += 1
+        used[key] += 1
         entry = copies[seen]
         return replayed(recording.row(entry), sent, (time.perf_counter() - started) * 1000, entry.key)
 
@@ -176,11 +180,10 @@ class ReplayUpstream:
     async def _recording(self, session_id: str) -> Recording:
         """The session's recording, read once (concurrent first calls share one read; a failed read is
         tried again by the next call)."""
-        if session_id not in self._recordings:
-            loading = asyncio.to_thread(self._load, session_id)
-            self._recordings[session_id] = asyncio.ensure_future(loading)
+        loading = self._recordings.setdefault(
+            session_id, lambda: asyncio.ensure_future(asyncio.to_thread(self._load, session_id)))
         try:
-            return await self._recordings[session_id]
+            return await loading
         except Exception:
             self._recordings.pop(session_id, None)
             raise

@@ -20,9 +20,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 
+from tracetap.capture import content_coding
 from tracetap.capture import detect as routes
 from tracetap.capture.adapters import ADAPTERS
 from tracetap.capture.adapters.base import AdapterError, RequestContext
+from tracetap.capture.bounded import RecentSet
 from tracetap.capture.json_body import BodyError, parse_body
 from tracetap.capture.jsontext import dump_bytes
 from tracetap.capture.record import Call, build_row, display_path
@@ -35,6 +37,7 @@ from tracetap.store.paths import InvalidSessionId, session_dir, validate_session
 logger = logging.getLogger("tracetap.gateway")
 
 MAX_BODY = 32 * 1024 * 1024
+MAX_REGISTERED = 16384  # explicitly named session ids an API key may still bind to (most recent)
 FALLBACK_API = "openai_chat"
 JSON_TYPE = "application/json"
 SSE_HEADERS = {"content-type": "text/event-stream", "cache-control": "no-cache", "x-accel-buffering": "no"}
@@ -80,19 +83,20 @@ class Request:
 
 class GatewayService:
     """Holds the store writer and the upstream client. Session ids harnesses named explicitly count
-    as registered: an API key equal to one binds to it (DESIGN §4)."""
+    as registered: an API key equal to one binds to it (DESIGN §4); the most recent
+    MAX_REGISTERED of them are kept."""
 
     def __init__(self, writer, upstream: UpstreamClient, max_body: int = MAX_BODY, redactor: Redactor = DEFAULT):
         self.writer = writer
         self.upstream = upstream
         self.max_body = max_body
         self.redactor = redactor
-        self.registered: set[str] = set()
+        self.registered: RecentSet[str] = RecentSet(MAX_REGISTERED)
 
     async def handle(self, method: str, path: str, headers: Mapping[str, str], query: Mapping[str, str],
                      body: bytes) -> Reply:
         request = Request(method.upper(), path, {k.lower(): v for k, v in headers.items()}, query, body)
-        api = routes.plausible_api(split_prefix(path)[1], request.headers)
+        api = caller_api(path, request.headers)
         try:
             reply = await self._dispatch(request)
         except Reject as exc:
@@ -141,9 +145,10 @@ class GatewayService:
                 routes.NOT_FOUND: self._not_found}
 
     def _body(self, request: Request, route: routes.Route) -> dict | None:
-        if len(request.body) > self.max_body:
-            raise Reject(413, f"request body of {len(request.body)} bytes exceeds the limit of "
-                              f"{self.max_body} bytes", "payload_too_large")
+        try:
+            request.body = content_coding.decoded(request.body, request.headers.get("content-encoding"), self.max_body)
+        except content_coding.BodyRefused as exc:
+            raise Reject(exc.status, str(exc), exc.kind) from None
         if route.endpoint not in (routes.GENERATE, routes.COUNT_TOKENS):
             return None
         try:
@@ -292,6 +297,10 @@ def _unrecorded_kind(request: Request, status: int) -> str | None:
     if status >= 400:
         return "server_error" if status >= 500 else "client_error"
     return _UNRECORDED.get(request.endpoint)
+def caller_api(path: str, headers: Mapping[str, str]) -> str:
+    """The API whose error shape the caller parses, from its path (session prefix included) and
+    lower-cased headers alone."""
+    return routes.plausible_api(split_prefix(path)[1], headers)
 
 
 def error_reply(api: str, status: int, message: str, kind: str) -> Reply:

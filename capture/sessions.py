@@ -13,8 +13,9 @@ Ids tracetap assigned come before the ids a harness makes up for itself:
 A harness's own session and parent-session ids (`harness_ids`) are kept as call metadata whatever
 the binding: they name its sub-agent threads.
 
-Blank values count as none given. An explicit id that does not match the store's pattern is an
-error (a 400 in the caller's API shape), never silently replaced.
+Blank values count as none given. An explicit id (an API key that names a session included) is
+taken exactly as sent: one that does not match the store's pattern, surrounding whitespace or a
+newline included, is an error (a 400 in the caller's API shape), never trimmed or replaced.
 """
 
 from __future__ import annotations
@@ -65,13 +66,14 @@ def bind(path: str, headers: Mapping[str, str], query: Mapping[str, str],
     found = _assigned(sid, headers, query)
     if found:
         return Binding(_valid(found[0], rest), rest, found[1])
-    if key is not None and (key in registered or key.startswith(SESSION_KEY_PREFIX)):
+    bare = key.strip() if key is not None else None  # whitespace in a key that names a session is a 400
+    if bare is not None and (bare in registered or bare.startswith(SESSION_KEY_PREFIX)):
         return Binding(_valid(key, rest, shown="the API key"), rest, "api_key")
     own = headers.get(HARNESS_SESSION_HEADER)
     if _given(own):
-        return Binding(_valid(own.strip(), rest), rest, "harness_header")
-    if key is not None:
-        return Binding(key_session_id(key), rest, "api_key")
+        return Binding(_valid(own, rest), rest, "harness_header")
+    if bare is not None:
+        return Binding(key_session_id(bare), rest, "api_key")
     return Binding(DEFAULT_SESSION, rest, "default")
 
 
@@ -81,18 +83,18 @@ def _assigned(sid: str | None, headers: Mapping[str, str],
     candidates = [(sid, "path"), (headers.get(SESSION_HEADER), "header"), (query.get("session_id"), "query")]
     for value, source in candidates:
         if _given(value):
-            return value.strip(), source
+            return value, source
     return None
 
 
 def api_key(headers: Mapping[str, str], query: Mapping[str, str]) -> str | None:
-    """The first non-blank API key the client sent, wherever it put it."""
+    """The first non-blank API key the client sent, wherever it put it, as sent."""
     auth = headers.get("authorization") or ""
     scheme, _, token = auth.strip().partition(" ")
     candidates = [token if scheme.lower() == "bearer" else auth]
     candidates += [headers.get(name) for name in KEY_HEADERS]
     candidates.append(query.get("key"))
-    return next((value.strip() for value in candidates if _given(value)), None)
+    return next((value for value in candidates if _given(value)), None)
 
 
 def key_session_id(key: str) -> str:

@@ -12,4 +12,5 @@ fi
 "$VENV/bin/ruff" check .
 "$VENV/bin/python" -m pytest -q "$@"
 "$VENV/bin/python" -m pytest -q -m fuzz tests/capture
+"$VENV/bin/python" -m pytest -q -m soak tests/capture/test_gateway_soak.py
 "$VENV/bin/python" -m pytest -q -m harness tests/harness

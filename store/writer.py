@@ -8,6 +8,10 @@ different sessions write in parallel. The summary row is rewritten by a backgrou
 after each call (it is derived: a writer opening the store recounts every row a crash left stale), and
 synchronously by register_session, close_session, flush and close. One writer process per store:
 a lock file enforces it.
+
+Memory stays bounded however many sessions a long-lived gateway sees: past `max_sessions` cached
+states, the least recently used ones whose summary row is on disk are compacted and dropped (a later
+call to such a session loads it again from disk, exactly as after a restart).
 """
 
 from __future__ import annotations
@@ -17,8 +21,12 @@ import json
 import secrets
 import threading
 import time
+from collections import OrderedDict
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from itertools import islice
 from pathlib import Path
 
 from tracetap.store import compaction
@@ -54,6 +62,7 @@ from tracetap.store.tables import rows_to_table
 
 FAILED = ("upstream_error", "timeout")
 SESSION_SAVE_DELAY = 0.05  # seconds a burst of calls waits to share one summary-row rewrite
+MAX_SESSIONS = 1024  # session states kept in memory (a few KB each); older idle ones are dropped
 _RECOUNT_COLUMNS = ["status", "http_status", "prompt_tokens", "completion_tokens", "created_at",
                     "finished_at", "task_id", "metadata_json", "chat_response_json"]
 
@@ -72,6 +81,7 @@ class _Session:
     dirty: bool = False  # has files compaction has not merged yet
     version: int = 0  # bumped on every change of the summary; `saved` is the version on disk
     saved: int = 0
+    evicted: bool = False  # dropped from the cache: whoever holds this state must fetch a fresh one
     lock: threading.Lock = field(default_factory=threading.Lock)
     save_lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -133,13 +143,19 @@ def _new_row(sid: str) -> dict:
 class StoreWriter:
     """Append-only writer for one store directory (created with its layout when missing)."""
 
-    def __init__(self, root: Path | str) -> None:
+    def __init__(self, root: Path | str, max_sessions: int = MAX_SESSIONS) -> None:
         self.root = Path(root)
+        self.max_sessions = max_sessions
         self._lock = threading.Lock()
-        self._sessions: dict[str, _Session] = {}
+        self._sessions: OrderedDict[str, _Session] = OrderedDict()  # least recently used first
         self._owner = self._open_store()
-        self._flusher = Flusher(self._save, delay=SESSION_SAVE_DELAY)
+        self._flusher = Flusher(self._save_deferred, delay=SESSION_SAVE_DELAY)
         self._reconcile()
+
+    @property
+    def cached_sessions(self) -> int:
+        """How many session states are in memory now."""
+        return len(self._sessions)
 
     def _open_store(self):
         for table in (None, *TABLES):
@@ -161,8 +177,7 @@ class StoreWriter:
         for directory in sorted(Path(self.root, "completions").glob("session_id=*")):
             sid = directory.name.removeprefix("session_id=")
             if SESSION_ID_PATTERN.fullmatch(sid) and self._saved_count(sid) != compaction.next_seq(directory):
-                self._sessions[sid] = self._load(sid)  # recounts it
-                self._save(sid)
+                self._save(self._load(sid))  # recounts it; not cached (at most max_sessions are)
 
     def _saved_count(self, sid: str) -> int | None:
         """How many calls the session row on disk counts (None without a row)."""
@@ -195,8 +210,7 @@ class StoreWriter:
         completion_id = validate_name(row.get("completion_id") or new_completion_id(), "completion id")
         if row.get("status") not in COMPLETION_STATUSES:
             raise ValueError(f"status must be one of {COMPLETION_STATUSES}, got {row.get('status')!r}")
-        state = self._state(sid)
-        with state.lock:
+        with self._locked(sid) as state:
             full = {**empty_row(COMPLETIONS), **row, "session_id": sid, "seq": state.next_seq,
                     "completion_id": completion_id}
             full["finished_at"] = full["finished_at"] or datetime.now(UTC)
@@ -214,8 +228,7 @@ class StoreWriter:
         error), so a session shows everything it sent; saved with the summary row, shortly after."""
         if kind not in UNRECORDED_KINDS:
             raise ValueError(f"unrecorded kind must be one of {UNRECORDED_KINDS}, got {kind!r}")
-        state = self._state(validate_session_id(sid))
-        with state.lock:
+        with self._locked(validate_session_id(sid)) as state:
             state.unrecorded[kind] = state.unrecorded.get(kind, 0) + 1
             state.version += 1
         self._flusher.submit(sid)
@@ -223,25 +236,23 @@ class StoreWriter:
     def register_session(self, sid: str, task_id: str | None = None, harness: str | None = None,
                          metadata: dict | None = None) -> dict:
         """Create or annotate a session row; task_id and harness keep the first non-empty value."""
-        state = self._state(validate_session_id(sid))
-        with state.lock:
+        with self._locked(validate_session_id(sid)) as state:
             row = state.row
             row["task_id"] = row["task_id"] or task_id
             row["harness"] = row["harness"] or harness
             if metadata:
                 row["metadata_json"] = json.dumps({**json.loads(row["metadata_json"] or "{}"), **metadata})
             state.version += 1
-        return self._save(sid)
+        return self._save(state)
 
     def close_session(self, sid: str) -> dict:
         """Compact the session's files and mark it closed; returns the session row."""
-        state = self._state(validate_session_id(sid))
-        with state.lock:
+        with self._locked(validate_session_id(sid)) as state:
             compaction.compact_dir(state.directory)
             state.row.update(status="closed", ended_at=datetime.now(UTC))
             state.version += 1
             state.dirty = False
-        return self._save(sid)
+        return self._save(state)
 
     def compact_idle(self, idle_seconds: float) -> list[str]:
         """Compact sessions with new files and no write for `idle_seconds`; returns their ids."""
@@ -256,6 +267,16 @@ class StoreWriter:
                     done.append(sid)
         return done
 
+    @contextmanager
+    def _locked(self, sid: str) -> Iterator[_Session]:
+        """The session's state with its lock held (fetched again if it was dropped meanwhile)."""
+        while True:
+            state = self._state(sid)
+            with state.lock:
+                if not state.evicted:
+                    yield state
+                    return
+
     def _state(self, sid: str) -> _Session:
         with self._lock:
             if self._owner.closed:
@@ -264,7 +285,32 @@ class StoreWriter:
                 self._sessions[sid] = self._load(sid)
                 if self._sessions[sid].version:  # recounted: the row on disk was stale
                     self._flusher.submit(sid)
-            return self._sessions[sid]
+            self._sessions.move_to_end(sid)
+            state = self._sessions[sid]
+            over = len(self._sessions) - self.max_sessions
+            oldest = list(islice(self._sessions.values(), max(0, over)))
+        for old in oldest:
+            self._evict(old)
+        return state
+
+    def _evict(self, state: _Session) -> None:
+        """Drop one session's state once its files are compacted and its row is on disk; a busy
+        state (locked, or with a row still to save) stays for a later pass."""
+        if not state.lock.acquire(blocking=False):
+            return
+        try:
+            if state.version != state.saved:
+                return
+            if state.dirty:
+                compaction.compact_dir(state.directory)
+                state.dirty = False
+            with self._lock:
+                sid = state.row["session_id"]
+                if self._sessions.get(sid) is state:
+                    del self._sessions[sid]
+            state.evicted = True
+        finally:
+            state.lock.release()
 
     def _load(self, sid: str) -> _Session:
         """Session state from disk; the summary is recounted when a crash left it behind."""
@@ -288,9 +334,14 @@ class StoreWriter:
         state.row["status"] = status
         state.version += 1
 
-    def _save(self, sid: str) -> dict:
+    def _save_deferred(self, sid: str) -> None:
+        with self._lock:
+            state = self._sessions.get(sid)
+        if state is not None:  # else it was dropped, which needs its row saved first
+            self._save(state)
+
+    def _save(self, state: _Session) -> dict:
         """Write the session row if it changed since the last write; returns the row."""
-        state = self._sessions[sid]
         with state.lock:
             row, version = state.snapshot(), state.version
         with state.save_lock:

@@ -434,3 +434,11 @@ def test_ignored_fields_match_and_the_rest_explains_the_miss(source):
     assert hit.metadata["capture_mode"] == "replay"
     assert miss.metadata["replay_miss"]["differences"] == ["max_tokens: recorded 16, this request 17"]
     assert miss.metadata["replay_miss"]["closest"]["seq"] == 0 and miss.request["max_tokens"] == 17
+
+
+def test_replay_counts_are_kept_for_the_most_recent_callers_only(source):
+    others = [(REQUEST, f"caller-{n}") for n in range(4)]
+    results = replay_calls(source, [(REQUEST, "s"), (REQUEST, "s"), *others, (REQUEST, "s")], session="s",
+                           counted_callers=4)
+    replayed = [r.metadata["replay_of"]["completion_id"] for r in (results[0], results[1], results[-1])]
+    assert replayed == ["cmpl-chatbasic", "cmpl-chattop2", "cmpl-chatbasic"]  # its count was dropped

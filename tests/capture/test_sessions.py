@@ -57,6 +57,8 @@ def test_registered_key_is_the_session_id():
     assert bind(CHAT, headers, {}).session_id == key_id("my-run")
     own = {**headers, "x-session-id": "ses_9"}
     assert bind(CHAT, own, {}, registered={"my-run"}) == Binding("my-run", CHAT, "api_key")
+    with pytest.raises(SessionError):  # never trimmed to the registered id
+        bind(CHAT, {}, {"key": "my-run "}, registered={"my-run"})
 
 
 @pytest.mark.parametrize(("headers", "expected"), [
@@ -73,6 +75,12 @@ def test_harness_ids_name_its_threads(headers, expected):
     assert harness_ids(headers) == expected
 
 
+@pytest.mark.parametrize("blank", ["", " ", "\n", " \t "])
+def test_blank_values_are_none_given(blank):
+    headers = {"x-tracetap-session": blank, "x-session-id": blank, "x-api-key": blank}
+    assert bind(CHAT, headers, {"session_id": blank, "key": blank}) == Binding(DEFAULT_SESSION, CHAT, "default")
+
+
 def test_hashed_key_never_contains_the_key():
     sid = key_session_id("sk-live-very-secret")
     assert sid.startswith("key-") and len(sid) == 20 and "secret" not in sid
@@ -86,6 +94,13 @@ def test_hashed_key_never_contains_the_key():
     (CHAT, {"x-session-id": "x" * 129}, {}),
     (CHAT, {}, {"session_id": "a/b"}),
     (CHAT, {"authorization": "Bearer sk-tap-bad/key"}, {}),
+    ("/s/%20a/v1/chat/completions", {}, {}),
+    (CHAT, {"x-tracetap-session": " a"}, {}),
+    (CHAT, {"x-session-id": "a "}, {}),
+    (CHAT, {}, {"session_id": "a\n"}),
+    (CHAT, {}, {"session_id": "\ta"}),
+    (CHAT, {}, {"key": "sk-tap-a\n"}),
+    (CHAT, {"authorization": "Bearer  sk-tap-a"}, {}),
 ])
 def test_invalid_explicit_ids_are_errors(path, headers, query):
     with pytest.raises(SessionError) as error:

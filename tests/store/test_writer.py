@@ -217,3 +217,49 @@ def test_closed_writer_refuses_writes(root):
         w.record_completion(completion())
     with StoreWriter(root):  # the store is free again
         pass
+
+
+def test_cached_session_states_stay_under_the_cap(root):
+    with StoreWriter(root, max_sessions=8) as w:
+        for n in range(40):
+            w.record_completion(completion(f"s{n}"))
+        w.flush()  # rows on disk: every old state may now go
+        w.record_completion(completion("last"))
+        assert w.cached_sessions == 8
+    dropped = session_dir(root, "completions", "s0")
+    assert [p.name for p in dropped.glob("*.parquet")] == ["part-1.parquet"]  # compacted when dropped
+    assert session_row(root, "s0")["completions"] == 1
+
+
+def test_a_dropped_session_goes_on_where_it_was(root):
+    with StoreWriter(root, max_sessions=2) as w:
+        w.record_completion(completion("back", prompt_tokens=5))
+        for n in range(6):
+            w.flush()
+            w.record_completion(completion(f"other{n}"))
+        again = w.record_completion(completion("back", prompt_tokens=7))
+        w.register_session("back", task_id="t-back")
+    assert again["seq"] == 1
+    row = session_row(root, "back")
+    assert (row["completions"], row["prompt_tokens"], row["task_id"]) == (2, 12, "t-back")
+
+
+def test_concurrent_writes_with_a_tiny_cache_keep_every_seq(root):
+    sessions, per_thread = [f"c{n}" for n in range(6)], 15
+    with StoreWriter(root, max_sessions=2) as w:
+        def work(sid: str) -> None:
+            for _ in range(per_thread):
+                w.record_completion(completion(sid))
+                w.record_completion(completion("shared"))
+        threads = [threading.Thread(target=work, args=(sid,)) for sid in sessions]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    with connect(root) as con:
+        seqs = defaultdict(list)
+        for sid, seq in con.execute("SELECT session_id, seq FROM completions ORDER BY seq").fetchall():
+            seqs[sid].append(seq)
+    assert seqs["shared"] == list(range(per_thread * len(sessions)))
+    assert all(seqs[sid] == list(range(per_thread)) for sid in sessions)
+    assert session_row(root, "shared")["completions"] == per_thread * len(sessions)

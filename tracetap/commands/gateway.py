@@ -27,6 +27,9 @@ LOCAL = "local"
               help="Context length of the embedded engine (real harness CLIs need ~40960).")
 @click.option("--timeout", type=click.FloatRange(min=0.1), default=600.0, show_default=True,
               help="Seconds to wait for one upstream answer (then 504).")
+@click.option("--max-body", type=click.IntRange(min=1024), default=None, metavar="BYTES",
+              help="Largest accepted request body in bytes, before and after decompression (default 32 MiB); "
+                   "larger ones are refused with a 413 while they are read.")
 @click.option("--idle-compact", type=click.FloatRange(min=0), default=300.0, show_default=True,
               help="Compact a session's files after this many idle seconds.")
 @click.option("--replay", type=click.Path(exists=True, file_okay=False, path_type=Path), default=None,
@@ -42,8 +45,8 @@ LOCAL = "local"
               help="Another key name whose values are secrets, masked in the store and never sent upstream "
                    "(any spelling: camelCase, snake_case, kebab-case; repeatable).")
 def command(store: Path, listen: tuple[str, int], upstream: str, upstream_kind: str, served_model: str | None,
-            script: Path | None, max_model_len: int, timeout: float, idle_compact: float, replay: Path | None,
-            replay_session: str | None, replay_miss: str, replay_ignore: tuple[str, ...],
+            script: Path | None, max_model_len: int, timeout: float, max_body: int | None, idle_compact: float,
+            replay: Path | None, replay_session: str | None, replay_miss: str, replay_ignore: tuple[str, ...],
             redact_keys: tuple[str, ...]) -> None:
     """Run the gateway until Ctrl-C / SIGTERM.
 
@@ -60,13 +63,14 @@ def command(store: Path, listen: tuple[str, int], upstream: str, upstream_kind: 
     if script is not None and upstream != LOCAL:
         raise click.UsageError("--script drives the embedded engine; it cannot be used with --upstream URL")
     replaying = _replay_options(store, replay, replay_session, replay_miss, replay_ignore)
+    limits = {"max_body": max_body} if max_body else {}
     engine = _start_engine(script, served_model, max_model_len) if upstream == LOCAL else None
     try:
         url = engine.url if engine else upstream
         run_gateway(store, *listen, url, upstream_kind, served_model, confdir=home_dir() / "mitmproxy",
                     on_ready=lambda host, port: _announce(host, port, store, url, upstream_kind, replay),
                     timeout=timeout, idle_seconds=idle_compact, compact_every=_compact_every(idle_compact),
-                    redact_keys=list(redact_keys), **replaying)
+                    redact_keys=list(redact_keys), **limits, **replaying)
     finally:
         if engine:
             engine.stop()
