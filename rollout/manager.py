@@ -86,6 +86,14 @@ class RolloutManager:
                 return record.result, done.get(session_id)
         raise UnknownTask(session_id)
 
+    async def live_status(self, task_id: str, session_id: str) -> SessionStatus:
+        """Where a session that has not ended is now (REGISTERED until a node holds it)."""
+        run = self.runs.get(task_id)
+        node = self.pool.nodes.get(run.where.get(session_id, "")) if run else None
+        if node is None:
+            return SessionStatus.REGISTERED
+        return (await node.statuses()).get(session_id, SessionStatus.REGISTERED)
+
     async def cancel(self, task_id: str) -> TaskResult:
         run = self.runs.get(task_id)
         if run is None:
