@@ -188,3 +188,29 @@ def test_a_restarted_server_answers_for_finished_tasks(tmp_path):
     assert stored["result"]["status"] == "completed"
     with start_server(store) as second:
         assert httpx.get(f"{second.url}/tasks/once").json() == done
+
+
+def test_cli_submits_yaml_waits_and_reports(server, tmp_path):
+    task = tmp_path / "task.yaml"
+    task.write_text("task_id: from-yaml\ninstruction: run\nnum_samples: 2\n"
+                    "agent:\n  harness: shell\n  settings:\n    command: 'true'\n")
+    done = CliRunner().invoke(cli, ["rollout", "submit", str(task), "--server", server.url, "--wait", "--json"])
+    assert done.exit_code == 0, done.output
+    result = json.loads(done.stdout)
+    assert result["status"] == "completed" and [r["status"] for r in result["results"]] == ["COMPLETED"] * 2
+    status = CliRunner().invoke(cli, ["rollout", "status", "--server", server.url])
+    assert status.exit_code == 0 and "node-0:" in status.output and "run_inflight=" in status.output
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    ("task_id: [unclosed\n", "not valid YAML"),
+    ("- a list\n", "must hold one TaskRequest"),
+    ('{"task_id": "t", "instruction": "x", "num_samples": 0, "agent": {"harness": "shell"}}', "num_samples"),
+    ('{"task_id": "t", "instruction": "x", "agent": {"harness": "nope"}}', "agent.harness"),
+])
+def test_cli_refuses_bad_task_files_naming_the_field(server, tmp_path, text, message):
+    task = tmp_path / "task.json"
+    task.write_text(text)
+    done = CliRunner().invoke(cli, ["rollout", "submit", str(task), "--server", server.url])
+    assert done.exit_code != 0 and message in done.output
+    assert httpx.get(f"{server.url}/tasks/t").status_code == 404
