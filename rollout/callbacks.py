@@ -7,7 +7,10 @@ loses nothing; the attempts just stop.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import httpx
 
@@ -41,3 +44,39 @@ async def _attempt(client: httpx.AsyncClient, url: str, payload: dict, attempt: 
         return True
     logger.warning("callback %s attempt %d answered %d", url, attempt, reply.status_code)
     return False
+
+
+class Receiver:
+    """A callback endpoint on loopback that keeps every JSON body POSTed to it (the demo, tests)."""
+
+    def __init__(self, path: str = "/done") -> None:
+        bodies: list[dict] = []
+        arrived = threading.Event()
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                bodies.append(json.loads(self.rfile.read(int(self.headers["content-length"]))))
+                self.send_response(200)
+                self.end_headers()
+                arrived.set()
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.bodies, self.arrived = bodies, arrived
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}{path}"
+        threading.Thread(target=self.server.serve_forever, name="callback-receiver", daemon=True).start()
+
+    def wait(self, timeout: float) -> dict:
+        """The first body, once it has arrived."""
+        if not self.arrived.wait(timeout):
+            raise TimeoutError(f"no callback at {self.url} within {timeout:.0f}s")
+        return self.bodies[0]
+
+    def __enter__(self) -> Receiver:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.shutdown()
+        self.server.server_close()

@@ -3,15 +3,14 @@
 from __future__ import annotations
 
 import json
-import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import httpx
 import pytest
 from click.testing import CliRunner
 from conftest import DEMO, PYTHON
+from tracetap.rollout.callbacks import Receiver
 from tracetap.rollout.nodes import ClusterConfig, local_manager
 from tracetap.rollout.server import ServerThread, create_app
 
@@ -19,30 +18,6 @@ from tracetap.cli import cli
 
 TEST_COMMAND = f"{PYTHON} -m pytest -v -p no:cacheprovider"
 EXPECTED = {"test_calc.py::test_add": "PASSED", "test_calc.py::test_mul": "PASSED"}
-
-
-class Receiver:
-    """A trainer's callback endpoint on loopback: keeps every body POSTed to it."""
-
-    def __init__(self) -> None:
-        bodies = self.bodies = []
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                bodies.append(json.loads(self.rfile.read(int(self.headers["content-length"]))))
-                self.send_response(200)
-                self.end_headers()
-
-            def log_message(self, *args: object) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/done"
-
-    def stop(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
 
 
 def start_server(store: Path, **config) -> ServerThread:
@@ -61,9 +36,8 @@ def server(tmp_path_factory):
 
 @pytest.fixture
 def receiver():
-    listening = Receiver()
-    yield listening
-    listening.stop()
+    with Receiver() as listening:
+        yield listening
 
 
 def fix_calc(task_id: str, **fields) -> dict:
@@ -104,9 +78,8 @@ def test_four_samples_complete_with_one_callback(server, receiver):
     assert [r["status"] for r in result["results"]] == ["COMPLETED"] * 4, [r["error"] for r in result["results"]]
     assert [r["reward"] for r in result["results"]] == [1.0] * 4
     assert {r["node_id"] for r in result["results"]} <= {"node-0", "node-1"}
-    deadline = time.monotonic() + 10
-    while not receiver.bodies and time.monotonic() < deadline:
-        time.sleep(0.05)
+    receiver.wait(10)
+    time.sleep(0.5)  # a second delivery would have arrived by now
     assert len(receiver.bodies) == 1
     assert receiver.bodies[0]["task_id"] == "four"
     assert sorted(r["session_id"] for r in receiver.bodies[0]["results"]) == sorted(sids)

@@ -23,9 +23,17 @@ def test_demo_summary_matches_store(tmp_path):
     ).fetchall()
     assert summary["merged_trainable_tokens"] == sum(sum(mask) for mask, _, _ in merged) == calls[1]
     assert summary["merged_tokens"] == sum(len(r) + len(p) for _, r, p in merged)
+    # The task went through the rollout server: its result is in the store, one row per sample.
+    task = json.loads((out / "store" / "rollouts" / "task_id=fix-calc" / "task.json").read_text())["result"]
+    assert task["status"] == "completed" and len(task["session_ids"]) == 3
     rewards = dict(con.execute("SELECT session_id, reward FROM rewards").fetchall())
-    # Two sessions fix the bug; the last one runs out of turns with add() still broken.
-    assert rewards == {"sk-tap-demo-1": 1.0, "sk-tap-demo-2": 1.0, "sk-tap-demo-3": 0.5}
+    # Every sample fixes add(); the last one's project also has a test the fix cannot satisfy.
+    assert rewards == {r["session_id"]: r["reward"] for r in task["results"]}
+    assert [rewards[sid] for sid in task["session_ids"]] == [1.0, 1.0, 0.5]
     assert summary["solved_sessions"] == 2
+    harness = con.execute("SELECT DISTINCT task_id, harness FROM sessions").fetchall()
+    assert harness == [("fix-calc", "builtin")]
+    joined = con.execute("SELECT DISTINCT session_id, reward FROM trajectories WHERE builder = 'prefix_merging'")
+    assert dict(joined.fetchall()) == rewards
     assert (out / "dataset.parquet").exists() and (out / "report.html").exists()
-    assert "sk-tap-demo-1" in (out / "report.html").read_text()
+    assert task["session_ids"][0] in (out / "report.html").read_text()
