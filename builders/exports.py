@@ -10,7 +10,7 @@ A trace's `group_id` is the session metadata's `group_id`, else its task id, els
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -133,8 +133,10 @@ def _fit(summary: ExportSummary, rows: list[dict], max_tokens: int | None) -> li
 
 def export(root: Path | str, builder: str, fmt: str, out: Path | str, *, max_tokens: int | None = None,
            evaluator: str | None = None, force: bool = False,
-           on_session: Callable[[str], None] | None = None) -> ExportSummary:
-    """Write the dataset to `out`; returns counts (traces dropped by the budget included)."""
+           on_session: Callable[[str], None] | None = None,
+           session_ids: Collection[str] | None = None) -> ExportSummary:
+    """Write the dataset to `out` (only `session_ids` when given, e.g. one rollout task's sessions);
+    returns counts (traces dropped by the budget included)."""
     root, out = Path(root), Path(out)
     if fmt not in FORMATS:
         raise ExportError(f"unknown format {fmt!r}; formats: {', '.join(FORMATS)}")
@@ -143,6 +145,8 @@ def export(root: Path | str, builder: str, fmt: str, out: Path | str, *, max_tok
     if evaluator:
         validate_name(evaluator, "evaluator name")
     sessions = trajectory_sessions(root, builder)
+    if session_ids is not None:
+        sessions = {sid: files for sid, files in sessions.items() if sid in set(session_ids)}
     if not sessions:
         raise ExportError(f"no trajectories of builder {builder!r} in {root}; run `tracetap build` first")
     con = connect(root)

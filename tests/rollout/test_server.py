@@ -1,0 +1,185 @@
+"""The rollout server over HTTP: real uvicorn, real nodes on a real scripted gateway, real callback receiver."""
+
+from __future__ import annotations
+
+import io
+import json
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import httpx
+import pyarrow.parquet as pq
+import pytest
+from conftest import DEMO, PYTHON
+from tracetap.rollout.node import GatewayNode, NodeConfig
+from tracetap.rollout.server import BackgroundServer, create_app
+from tracetap.store.paths import task_file
+
+TEST_COMMAND = f"{PYTHON} -m pytest -v -p no:cacheprovider"
+EXPECTED = {"test_calc.py::test_add": "PASSED", "test_calc.py::test_mul": "PASSED"}
+ONE_CALL = (f"{PYTHON} -c 'from openai import OpenAI\n"
+            "OpenAI(max_retries=0).chat.completions.create(model=\"m\", messages=[{\"role\": \"user\", "
+            "\"content\": \"hi\"}])'")
+
+
+class Receiver:
+    """A trainer's callback endpoint: records every POSTed body."""
+
+    def __init__(self) -> None:
+        bodies = self.bodies = []
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                bodies.append(json.loads(self.rfile.read(int(self.headers["content-length"]))))
+                self.send_response(200)
+                self.end_headers()
+
+            def log_message(self, *args) -> None:
+                pass
+
+        self.http = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self.http.serve_forever, daemon=True).start()
+        self.url = f"http://127.0.0.1:{self.http.server_address[1]}/done"
+
+    def close(self) -> None:
+        self.http.shutdown()
+        self.http.server_close()
+
+
+def start_server(gw, sessions: Path) -> BackgroundServer:
+    nodes = lambda: [GatewayNode(NodeConfig(store=gw.store, sessions_root=sessions, gateway_url=gw.url,  # noqa: E731
+                                            node_id=f"n{i}", run_workers=2)) for i in range(2)]
+    server = BackgroundServer(create_app(gw.store, nodes))
+    server.start()
+    return server
+
+
+@pytest.fixture(scope="module")
+def server(gw, tmp_path_factory):
+    server = start_server(gw, tmp_path_factory.mktemp("sessions"))
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def client(server):
+    with httpx.Client(base_url=server.url, timeout=30, trust_env=False) as client:
+        yield client
+
+
+def fix_calc(task_id: str, **fields) -> dict:
+    return {"task_id": task_id, "instruction": "Fix the failing test.", "num_samples": 4, "timeout_seconds": 120,
+            "agent": {"harness": "builtin", "settings": {"max_turns": 8}},
+            "runtime": {"prepare": [{"type": "upload_dir", "source": str(DEMO / "project"), "target": "."}]},
+            "evaluator": {"name": "test_on_output", "config": {"test_command": TEST_COMMAND, "expected": EXPECTED}},
+            **fields}
+
+
+def shell_task(task_id: str, command: str, **fields) -> dict:
+    return {"task_id": task_id, "instruction": "x", "agent": {"harness": "shell", "settings": {"command": command}},
+            **fields}
+
+
+def wait_done(client: httpx.Client, path: str, timeout: float = 240) -> dict:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        body = client.get(path).json()
+        if body["status"] != "running":
+            return body
+        time.sleep(0.2)
+    raise AssertionError(f"{path} still running: {body}")
+
+
+def test_four_samples_over_http_end_completed_with_one_callback(client, gw):
+    receiver = Receiver()
+    try:
+        accepted = client.post("/tasks", json=fix_calc("http-four", callback_url=receiver.url)).json()
+        assert accepted["status"] == "running" and len(accepted["session_ids"]) == 4
+        done = wait_done(client, "/tasks/http-four")
+        deadline = time.monotonic() + 30
+        while not receiver.bodies and time.monotonic() < deadline:
+            time.sleep(0.1)
+        time.sleep(1.0)  # a second delivery would arrive by now
+    finally:
+        receiver.close()
+    assert done["status"] == "completed"
+    assert [r["status"] for r in done["results"]] == ["COMPLETED"] * 4, [r["error"] for r in done["results"]]
+    assert [r["reward"] for r in done["results"]] == [1.0] * 4
+    assert {r["node_id"] for r in done["results"]} == {"n0", "n1"}  # spread by stage pressure
+    assert len(receiver.bodies) == 1
+    assert receiver.bodies[0]["task_id"] == "http-four"
+    assert sorted(r["session_id"] for r in receiver.bodies[0]["results"]) == sorted(accepted["session_ids"])
+    session = client.get(f"/sessions/{accepted['session_ids'][0]}").json()
+    assert session["status"] == "COMPLETED" and session["traces"] == 5
+
+    samples = client.get("/tasks/http-four/samples", params={"format": "parquet"})
+    assert samples.status_code == 200
+    table = pq.read_table(io.BytesIO(samples.content))
+    assert set(table.column("session_id").to_pylist()) == set(accepted["session_ids"])
+    assert set(table.column("reward").to_pylist()) == {1.0}
+
+
+@pytest.mark.parametrize("change, field", [
+    ({"num_samples": 0}, "num_samples"),
+    ({"agent": {"harness": "nope"}}, "harness"),
+    ({"builder": "nope"}, "builder"),
+    ({"evaluator": {"name": "nope"}}, "evaluator"),
+])
+def test_invalid_task_is_a_422_naming_the_field_and_creates_nothing(client, gw, change, field):
+    reply = client.post("/tasks", json={**shell_task("bad-task", "true"), **change})
+    assert reply.status_code == 422
+    assert any(field in ".".join(map(str, error["loc"])) for error in reply.json()["detail"]), reply.json()
+    assert not task_file(gw.store, "bad-task").parent.exists()
+    assert client.get("/tasks/bad-task").status_code == 404
+
+
+def test_running_task_id_is_a_409_and_delete_cancels_it(client, gw):
+    body = shell_task("long-one", "sleep 60", num_samples=2)
+    first = client.post("/tasks", json=body).json()
+    before = task_file(gw.store, "long-one").read_text()
+    again = client.post("/tasks", json=body)
+    assert again.status_code == 409
+    assert task_file(gw.store, "long-one").read_text() == before  # the rejected one changed nothing
+    cancelled = client.delete("/tasks/long-one")
+    assert cancelled.status_code == 200
+    done = wait_done(client, "/tasks/long-one", timeout=30)
+    assert done["status"] == "cancelled"
+    assert {r["status"] for r in done["results"]} == {"CANCELLED"}
+    assert sorted(r["session_id"] for r in done["results"]) == sorted(first["session_ids"])
+
+
+def test_restarted_server_answers_for_a_finished_task(gw, tmp_path):
+    first = start_server(gw, tmp_path / "sessions")
+    try:
+        with httpx.Client(base_url=first.url, timeout=30, trust_env=False) as client:
+            client.post("/tasks", json=shell_task("before-restart", ONE_CALL))
+            done = wait_done(client, "/tasks/before-restart")
+    finally:
+        first.stop()
+    second = start_server(gw, tmp_path / "sessions")
+    try:
+        with httpx.Client(base_url=second.url, timeout=30, trust_env=False) as client:
+            again = client.get("/tasks/before-restart").json()
+    finally:
+        second.stop()
+    assert done["status"] == "completed" and done["results"][0]["status"] == "COMPLETED"
+    assert again == done
+
+
+def test_reference_shaped_request_goes_through_its_routes(client):
+    body = {"task_id": "ref-shape", "instruction": "say hi", "num_samples": 2, "timeout_seconds": 60,
+            "agent": {"harness": "shell", "custom_shell": ONE_CALL}, "evaluator": "session_completed"}
+    accepted = client.post("/rollout/task/submit", json=body)
+    assert accepted.status_code == 200
+    assert set(accepted.json()) == {"task_id", "status", "results", "result_paths"}
+    done = wait_done(client, "/rollout/task/ref-shape")
+    assert done["status"] == "completed"
+    assert [r["status"] for r in done["results"]] == ["COMPLETED"] * 2
+    assert all(r["reward"] == 1.0 for r in done["results"])
+    assert Path(done["result_paths"][0]).is_file()
+    status = client.get("/rollout/status").json()
+    assert {node["node_id"] for node in status["nodes"]} == {"n0", "n1"}
+    bad = client.post("/rollout/task/submit", json={**body, "task_id": "ref-bad", "num_samples": 0})
+    assert bad.status_code == 422 and bad.json()["detail"][0]["loc"][-1] == "num_samples"
