@@ -12,10 +12,14 @@ from pathlib import Path
 import httpx
 import pyarrow.parquet as pq
 import pytest
+import yaml
+from click.testing import CliRunner
 from conftest import DEMO, PYTHON
 from tracetap.rollout.node import GatewayNode, NodeConfig
 from tracetap.rollout.server import BackgroundServer, create_app
 from tracetap.store.paths import task_file
+
+from tracetap.cli import cli as main_cli
 
 TEST_COMMAND = f"{PYTHON} -m pytest -v -p no:cacheprovider"
 EXPECTED = {"test_calc.py::test_add": "PASSED", "test_calc.py::test_mul": "PASSED"}
@@ -183,3 +187,44 @@ def test_reference_shaped_request_goes_through_its_routes(client):
     assert {node["node_id"] for node in status["nodes"]} == {"n0", "n1"}
     bad = client.post("/rollout/task/submit", json={**body, "task_id": "ref-bad", "num_samples": 0})
     assert bad.status_code == 422 and bad.json()["detail"][0]["loc"][-1] == "num_samples"
+
+
+def cli(*args: str):
+    return CliRunner().invoke(main_cli, ["rollout", *args])
+
+
+def test_cli_submits_a_yaml_task_and_waits(server, gw, tmp_path):
+    path = tmp_path / "task.yaml"
+    path.write_text(yaml.safe_dump(shell_task("cli-yaml", ONE_CALL, num_samples=2)))
+    done = cli("submit", str(path), "--server", server.url, "--wait", "--json")
+    assert done.exit_code == 0, done.output
+    result = json.loads(done.stdout)
+    assert result["status"] == "completed" and [r["status"] for r in result["results"]] == ["COMPLETED"] * 2
+    shown = cli("status", "--server", server.url, "--json")
+    assert {node["node_id"] for node in json.loads(shown.stdout)["nodes"]} == {"n0", "n1"}
+
+
+@pytest.mark.parametrize("text, message", [
+    ("task_id: [unclosed\n", "not valid YAML"),
+    (json.dumps(shell_task("cli-bad", "true", num_samples=0)), "num_samples"),
+    (json.dumps({**shell_task("cli-bad", "true"), "agent": {"harness": "nope"}}), "agent.harness"),
+])
+def test_cli_refuses_a_bad_task_file_naming_the_problem(server, gw, tmp_path, text, message):
+    path = tmp_path / "task.yaml"
+    path.write_text(text)
+    done = cli("submit", str(path), "--server", server.url)
+    assert done.exit_code != 0 and message in done.output, done.output
+    assert not task_file(gw.store, "cli-bad").parent.exists()
+
+
+def test_cli_cancel_and_ray_not_yet(server, tmp_path):
+    path = tmp_path / "task.json"
+    path.write_text(json.dumps(shell_task("cli-cancel", "sleep 60")))
+    assert cli("submit", str(path), "--server", server.url).exit_code == 0
+    assert cli("cancel", "cli-cancel", "--server", server.url).exit_code == 0
+    with httpx.Client(base_url=server.url, trust_env=False) as client:
+        assert wait_done(client, "/tasks/cli-cancel", timeout=30)["status"] == "cancelled"
+    unknown = cli("cancel", "never-was", "--server", server.url)
+    assert unknown.exit_code != 0 and "404" in unknown.output
+    ray = cli("serve", "--ray", "auto", "--store", str(tmp_path / "s"))
+    assert ray.exit_code != 0 and "not available yet" in ray.output
