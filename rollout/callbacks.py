@@ -7,7 +7,10 @@ loses nothing; the attempts just stop.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import httpx
 
@@ -41,3 +44,39 @@ async def _attempt(client: httpx.AsyncClient, url: str, payload: dict, attempt: 
         return True
     logger.warning("callback %s attempt %d answered %d", url, attempt, reply.status_code)
     return False
+
+
+class LocalReceiver:
+    """A callback endpoint on loopback that keeps every body POSTed to it (the demo's trainer stand-in)."""
+
+    def __init__(self) -> None:
+        self.bodies: list[dict] = []
+        self.arrived = threading.Event()
+        self.http = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
+        threading.Thread(target=self.http.serve_forever, name="callback-receiver", daemon=True).start()
+        self.url = f"http://127.0.0.1:{self.http.server_address[1]}/callback"
+
+    def _handler(self) -> type[BaseHTTPRequestHandler]:
+        receiver = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                receiver.bodies.append(json.loads(self.rfile.read(int(self.headers["content-length"]))))
+                self.send_response(200)
+                self.end_headers()
+                receiver.arrived.set()
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        return Handler
+
+    def close(self) -> None:
+        self.http.shutdown()
+        self.http.server_close()
+
+    def __enter__(self) -> LocalReceiver:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,9 +1,10 @@
 """`tracetap demo`: the main job end to end on embedded defaults.
 
-Engine in scripted mode + gateway + the built-in agent fixing a failing test in a tiny project, for
-several sessions of one task (the last one with too small a turn budget, so rewards differ); then
-both trajectory builds, the `test_on_output` evaluator, the Parquet export, a SQL summary and an
-HTML report.
+The fix-the-failing-test task goes as one TaskRequest to an in-process rollout server (embedded engine
+in scripted mode, one node, the built-in agent preset): task -> sessions -> harness -> capture ->
+build -> `test_on_output` -> callback to a local receiver; then the per_request build for comparison,
+the Parquet export, a SQL summary and an HTML report. The last of several samples gets a stricter
+test, so rewards differ. `--harness NAME` runs a real CLI on a node instead.
 """
 
 from __future__ import annotations
@@ -18,15 +19,15 @@ from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 
-from tracetap.agent import AgentRun, run_agent
+from tracetap.agent import AgentRun
 from tracetap.launch import start_gateway
 from tracetap.rollout.harnesses.npm import HarnessError
+from tracetap.rollout.models import TaskResult
 
 TASK_ID = "fix-calc"
 TASK = "The tests in this project fail. Find the bug and fix it, then check that the tests pass."
 TEST_COMMAND = "python -m pytest -v -p no:cacheprovider"
 EXPECTED = {"test_calc.py::test_add": "PASSED", "test_calc.py::test_mul": "PASSED"}
-SHORT_BUDGET = 2  # turns for the last session: it stops before writing the fix
 # With --harness the script asks the CLI's own shell tool for the same fix the built-in agent makes.
 HARNESS_FIX = "sed -i 's/return a - b/return a + b/' calc.py"
 HARNESS_DONE = "Fixed: add() subtracted instead of adding. Both tests pass now."
@@ -65,6 +66,7 @@ class DemoResult:
     summary: dict = field(default_factory=dict)
     dataset: Path | None = None
     report: Path | None = None
+    task: TaskResult | None = None  # the rollout's result (the built-in agent's path)
 
 
 def demo_data() -> Path:
@@ -82,16 +84,45 @@ def run_sessions(result: DemoResult, sessions: int, say: Callable[[str], None],
     if harness:
         run_harness_sessions(result, sessions, say, harness)
         return
-    with start_gateway(result.store, "--script", str(demo_data() / "script.jsonl")) as gateway:
-        say(f"gateway ready on {gateway.url} (embedded engine, scripted)")
-        for n in range(1, sessions + 1):
-            session_id = f"sk-tap-demo-{n}"
-            budget = SHORT_BUDGET if n == sessions and sessions > 1 else 12
-            workspace = prepare_workspace(result.out_dir, session_id)
-            run = run_agent(f"{gateway.url}/v1", session_id, TASK, workspace, max_turns=budget, task_id=TASK_ID)
-            gateway.close_session(session_id)
-            result.runs.append(run)
-            say(f"{session_id}: {run.turns} turns, tools: {', '.join(run.tool_calls)}")
+    from tracetap.rollout.callbacks import LocalReceiver
+    from tracetap.rollout.client import RolloutClient
+    from tracetap.rollout.serve import ServeConfig, rollout_server
+
+    config = ServeConfig(result.store, script=demo_data() / "script.jsonl", init_workers=sessions,
+                         run_workers=sessions, postrun_workers=2)
+    with rollout_server(config) as server, LocalReceiver() as receiver:
+        say(f"rollout server on {server.url} (one node, embedded engine, scripted)")
+        client = RolloutClient(server.url)
+        accepted = client.submit(demo_task(sessions, receiver.url))
+        say(f"task {accepted.task_id}: {len(accepted.session_ids)} sessions submitted")
+        done = client.wait(accepted.task_id)
+        client.close()
+        receiver.arrived.wait(30)
+    (result.out_dir / "callbacks.json").write_text(json.dumps(receiver.bodies, indent=1))
+    say(f"callback received: {len(receiver.bodies)} (task {done.status}, {len(done.results)} sessions)")
+    result.task = done
+    for ended in done.results:
+        if ended.status != "COMPLETED":
+            raise HarnessError(f"{ended.session_id} ended {ended.status}: {ended.error}")
+        result.runs.append(recorded_run(result.store, ended.session_id))
+        say(f"{ended.session_id}: reward {ended.reward}, {ended.traces} traces")
+
+
+def demo_task(sessions: int, callback_url: str):
+    """The fix-the-failing-test task as a TaskRequest; the last sample (of several) gets a stricter test
+    that the fix cannot satisfy, so rewards differ."""
+    from tracetap.rollout.models import TaskRequest
+
+    last = sessions - 1 if sessions > 1 else -1
+    stricter = f"if [ \"$SAMPLE_INDEX\" = {last} ]; then sed -i 's/== 6/== 7/' test_calc.py; fi"
+    prepare = [{"type": "upload_dir", "source": str(demo_data() / "project"), "target": "."},
+               {"type": "exec", "command": stricter}]
+    test_command = shlex.join([sys.executable, "-m", "pytest", "-v", "-p", "no:cacheprovider"])
+    return TaskRequest(task_id=TASK_ID, instruction=TASK, num_samples=sessions, timeout_seconds=300,
+                       runtime={"prepare": prepare}, agent={"harness": "builtin", "settings": {"max_turns": 12}},
+                       builder="prefix_merging", callback_url=callback_url,
+                       evaluator={"name": "test_on_output", "config": {"test_command": test_command,
+                                                                       "expected": EXPECTED}})
 
 
 def run_harness_sessions(result: DemoResult, sessions: int, say: Callable[[str], None], name: str) -> None:
@@ -147,17 +178,18 @@ def recorded_run(store_dir: Path, session_id: str) -> AgentRun:
 
 
 def process(result: DemoResult, say: Callable[[str], None]) -> None:
-    """Offline stage: build, evaluate, export, summarize, report."""
+    """Offline stage: build, evaluate (unless the rollout's POSTRUN did both), export, summarize, report."""
     from tracetap.builders import build
     from tracetap.builders.exports import export
     from tracetap.common import decode
     from tracetap.evaluators.runner import evaluate_store
 
-    for builder in ("per_request", "prefix_merging"):
+    for builder in ("per_request",) if result.task else ("per_request", "prefix_merging"):
         summary = build(result.store, builder, decode=decode)
         say(f"built {builder}: {summary.to_dict().get('traces')} traces")
-    evaluate_store(result.store, "test_on_output", {"test_command": TEST_COMMAND, "expected": EXPECTED},
-                   workspace_root=result.out_dir / "workspaces", timeout=120)
+    if not result.task:
+        evaluate_store(result.store, "test_on_output", {"test_command": TEST_COMMAND, "expected": EXPECTED},
+                       workspace_root=result.out_dir / "workspaces", timeout=120)
     result.dataset = result.out_dir / "dataset.parquet"
     export(result.store, "prefix_merging", "parquet", result.dataset, evaluator="test_on_output", force=True)
     result.summary = summarize(result.store)

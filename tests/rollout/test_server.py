@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import io
 import json
-import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import httpx
@@ -15,6 +13,7 @@ import pytest
 import yaml
 from click.testing import CliRunner
 from conftest import DEMO, PYTHON
+from tracetap.rollout.callbacks import LocalReceiver
 from tracetap.rollout.node import GatewayNode, NodeConfig
 from tracetap.rollout.server import BackgroundServer, create_app
 from tracetap.store.paths import task_file
@@ -26,30 +25,6 @@ EXPECTED = {"test_calc.py::test_add": "PASSED", "test_calc.py::test_mul": "PASSE
 ONE_CALL = (f"{PYTHON} -c 'from openai import OpenAI\n"
             "OpenAI(max_retries=0).chat.completions.create(model=\"m\", messages=[{\"role\": \"user\", "
             "\"content\": \"hi\"}])'")
-
-
-class Receiver:
-    """A trainer's callback endpoint: records every POSTed body."""
-
-    def __init__(self) -> None:
-        bodies = self.bodies = []
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                bodies.append(json.loads(self.rfile.read(int(self.headers["content-length"]))))
-                self.send_response(200)
-                self.end_headers()
-
-            def log_message(self, *args) -> None:
-                pass
-
-        self.http = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        threading.Thread(target=self.http.serve_forever, daemon=True).start()
-        self.url = f"http://127.0.0.1:{self.http.server_address[1]}/done"
-
-    def close(self) -> None:
-        self.http.shutdown()
-        self.http.server_close()
 
 
 def start_server(gw, sessions: Path) -> BackgroundServer:
@@ -97,14 +72,12 @@ def wait_done(client: httpx.Client, path: str, timeout: float = 240) -> dict:
 
 
 def test_four_samples_over_http_end_completed_with_one_callback(client, gw):
-    receiver = Receiver()
+    receiver = LocalReceiver()
     try:
         accepted = client.post("/tasks", json=fix_calc("http-four", callback_url=receiver.url)).json()
         assert accepted["status"] == "running" and len(accepted["session_ids"]) == 4
         done = wait_done(client, "/tasks/http-four")
-        deadline = time.monotonic() + 30
-        while not receiver.bodies and time.monotonic() < deadline:
-            time.sleep(0.1)
+        receiver.arrived.wait(30)
         time.sleep(1.0)  # a second delivery would arrive by now
     finally:
         receiver.close()

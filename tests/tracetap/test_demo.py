@@ -23,9 +23,21 @@ def test_demo_summary_matches_store(tmp_path):
     ).fetchall()
     assert summary["merged_trainable_tokens"] == sum(sum(mask) for mask, _, _ in merged) == calls[1]
     assert summary["merged_tokens"] == sum(len(r) + len(p) for _, r, p in merged)
-    rewards = dict(con.execute("SELECT session_id, reward FROM rewards").fetchall())
-    # Two sessions fix the bug; the last one runs out of turns with add() still broken.
-    assert rewards == {"sk-tap-demo-1": 1.0, "sk-tap-demo-2": 1.0, "sk-tap-demo-3": 0.5}
+    rewards = con.execute(
+        "SELECT s.task_id, s.harness, CAST(json_extract(s.metadata_json, '$.sample_index') AS INT) AS n, r.reward "
+        "FROM sessions s JOIN rewards r USING (session_id) ORDER BY n").fetchall()
+    # Every sample fixes the bug; the last one's stricter test still fails (rewards differ).
+    assert rewards == [("fix-calc", "builtin", 0, 1.0), ("fix-calc", "builtin", 1, 1.0),
+                       ("fix-calc", "builtin", 2, 0.5)]
     assert summary["solved_sessions"] == 2
+    # the task went through the rollout server: its result persisted, the callback received
+    task = json.loads((out / "store" / "rollouts" / "task_id=fix-calc" / "task.json").read_text())
+    assert task["result"]["status"] == "completed" and len(task["result"]["results"]) == 3
+    callbacks = json.loads((out / "callbacks.json").read_text())
+    assert len(callbacks) == 1 and sorted(r["session_id"] for r in callbacks[0]["results"]) == sorted(
+        task["result"]["session_ids"])
+    traced = con.execute("SELECT DISTINCT session_id, reward FROM trajectories WHERE builder = 'prefix_merging'")
+    assert sorted(r for _, r in traced.fetchall()) == [0.5, 1.0, 1.0]  # rewards joined by POSTRUN
     assert (out / "dataset.parquet").exists() and (out / "report.html").exists()
-    assert "sk-tap-demo-1" in (out / "report.html").read_text()
+    first = task["result"]["session_ids"][0]
+    assert first in (out / "report.html").read_text()
