@@ -72,6 +72,8 @@ def wait_done(client: httpx.Client, path: str, timeout: float = 240) -> dict:
 
 
 def test_four_samples_over_http_end_completed_with_one_callback(client, gw):
+    client.post("/tasks", json=shell_task("other-task", ONE_CALL))  # its traces must stay out of the samples
+    assert wait_done(client, "/tasks/other-task")["status"] == "completed"
     receiver = LocalReceiver()
     try:
         accepted = client.post("/tasks", json=fix_calc("http-four", callback_url=receiver.url)).json()
