@@ -135,7 +135,7 @@ def export(root: Path | str, builder: str, fmt: str, out: Path | str, *, max_tok
            evaluator: str | None = None, force: bool = False,
            on_session: Callable[[str], None] | None = None,
            session_ids: Collection[str] | None = None) -> ExportSummary:
-    """Write the dataset to `out` (only `session_ids`' traces when given, e.g. one rollout task's);
+    """Write the dataset to `out` (only `session_ids` when given, e.g. one rollout task's sessions);
     returns counts (traces dropped by the budget included)."""
     root, out = Path(root), Path(out)
     if fmt not in FORMATS:
@@ -146,7 +146,7 @@ def export(root: Path | str, builder: str, fmt: str, out: Path | str, *, max_tok
         validate_name(evaluator, "evaluator name")
     sessions = trajectory_sessions(root, builder)
     if session_ids is not None:
-        sessions = {sid: files for sid, files in sessions.items() if sid in session_ids}
+        sessions = {sid: files for sid, files in sessions.items() if sid in set(session_ids)}
     if not sessions:
         raise ExportError(f"no trajectories of builder {builder!r} in {root}; run `tracetap build` first")
     con = connect(root)

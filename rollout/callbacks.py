@@ -46,37 +46,37 @@ async def _attempt(client: httpx.AsyncClient, url: str, payload: dict, attempt: 
     return False
 
 
-class Receiver:
-    """A callback endpoint on loopback that keeps every JSON body POSTed to it (the demo, tests)."""
+class LocalReceiver:
+    """A callback endpoint on loopback that keeps every body POSTed to it (the demo's trainer stand-in)."""
 
-    def __init__(self, path: str = "/done") -> None:
-        bodies: list[dict] = []
-        arrived = threading.Event()
+    def __init__(self) -> None:
+        self.bodies: list[dict] = []
+        self.arrived = threading.Event()
+        self.http = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
+        threading.Thread(target=self.http.serve_forever, name="callback-receiver", daemon=True).start()
+        self.url = f"http://127.0.0.1:{self.http.server_address[1]}/callback"
+
+    def _handler(self) -> type[BaseHTTPRequestHandler]:
+        receiver = self
 
         class Handler(BaseHTTPRequestHandler):
             def do_POST(self) -> None:
-                bodies.append(json.loads(self.rfile.read(int(self.headers["content-length"]))))
+                receiver.bodies.append(json.loads(self.rfile.read(int(self.headers["content-length"]))))
                 self.send_response(200)
                 self.end_headers()
-                arrived.set()
+                receiver.arrived.set()
 
             def log_message(self, *args: object) -> None:
                 pass
 
-        self.bodies, self.arrived = bodies, arrived
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}{path}"
-        threading.Thread(target=self.server.serve_forever, name="callback-receiver", daemon=True).start()
+        return Handler
 
-    def wait(self, timeout: float) -> dict:
-        """The first body, once it has arrived."""
-        if not self.arrived.wait(timeout):
-            raise TimeoutError(f"no callback at {self.url} within {timeout:.0f}s")
-        return self.bodies[0]
+    def close(self) -> None:
+        self.http.shutdown()
+        self.http.server_close()
 
-    def __enter__(self) -> Receiver:
+    def __enter__(self) -> LocalReceiver:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+        self.close()

@@ -73,10 +73,20 @@ class RolloutManager:
         run.runner = asyncio.create_task(self._run_task(run), name=f"task-{request.task_id}")
         return result
 
-    def task_result(self, task_id: str) -> TaskResult:
+    def record(self, task_id: str) -> TaskRecord:
         if task_id not in self.records:
             raise UnknownTask(task_id)
-        return self.records[task_id].result
+        return self.records[task_id]
+
+    def task_result(self, task_id: str) -> TaskResult:
+        return self.record(task_id).result
+
+    async def live_status(self, task_id: str, session_id: str) -> SessionStatus:
+        """Where an unfinished session is now: its node's view, REGISTERED before it reaches one."""
+        run = self.runs.get(task_id)
+        node = self.pool.nodes.get(run.where.get(session_id, "")) if run else None
+        statuses = await node.statuses() if node is not None else {}
+        return statuses.get(session_id, SessionStatus.REGISTERED)
 
     def session_result(self, session_id: str) -> tuple[TaskResult, SessionResult | None]:
         """The session's task and its result (None while it runs)."""
@@ -85,14 +95,6 @@ class RolloutManager:
                 done = {r.session_id: r for r in record.result.results}
                 return record.result, done.get(session_id)
         raise UnknownTask(session_id)
-
-    async def live_status(self, task_id: str, session_id: str) -> SessionStatus:
-        """Where a session that has not ended is now (REGISTERED until a node holds it)."""
-        run = self.runs.get(task_id)
-        node = self.pool.nodes.get(run.where.get(session_id, "")) if run else None
-        if node is None:
-            return SessionStatus.REGISTERED
-        return (await node.statuses()).get(session_id, SessionStatus.REGISTERED)
 
     async def cancel(self, task_id: str) -> TaskResult:
         run = self.runs.get(task_id)

@@ -1,9 +1,9 @@
-"""The rollout server over HTTP (FastAPI): a trainer submits TaskRequests and polls or gets called back.
+"""The rollout server's HTTP face (FastAPI): routes only; RolloutManager does the work.
 
-Routes: `POST /tasks`, `GET|DELETE /tasks/{id}`, `GET /tasks/{id}/samples?format=...`, `GET /sessions/{id}`,
-`GET /status`, and the reference system's `POST /rollout/task/submit`, `GET /rollout/task/{id}`,
-`GET /rollout/status`. The app holds one RolloutManager; `lifespan` builds it with its nodes (the
-server's own in-process nodes sharing one gateway, see rollout/nodes.py) and tears them down.
+Our routes (`/tasks`, `/sessions/{id}`, `/status`, `/tasks/{id}/samples`) and the reference system's
+(`/rollout/task/submit`, `/rollout/task/{id}`, `/rollout/status`). A TaskRequest that does not
+validate is a 422 naming the field; a task id still running is a 409; neither creates anything.
+`BackgroundServer` runs the app under uvicorn on its own thread (the CLI, the demo and the tests).
 """
 
 from __future__ import annotations
@@ -12,165 +12,180 @@ import asyncio
 import shutil
 import tempfile
 import threading
-import time
-from collections.abc import AsyncIterator, Callable
-from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
-import pydantic
 import uvicorn
-from fastapi import BackgroundTasks, FastAPI, HTTPException, Request
+from fastapi import Body, FastAPI, HTTPException, Query
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import FileResponse
-from tracetap.builders.exports import FORMATS, ExportError, export
-from tracetap.rollout import reference
+from pydantic import ValidationError
+from starlette.background import BackgroundTask
+from tracetap.builders.exports import ExportError, export
 from tracetap.rollout.manager import RolloutManager, TaskConflict, UnknownTask
 from tracetap.rollout.models import TaskRequest, TaskResult
-from tracetap.store.paths import task_file
+from tracetap.rollout.node_api import Node
+from tracetap.rollout.reference_api import from_reference, to_reference
+from tracetap.rollout.results import ResultStore
+from tracetap.rollout.scheduler import NodePool
 
-ManagerFactory = Callable[[], AbstractAsyncContextManager[RolloutManager]]
+NodeFactory = Callable[[], Sequence[Node]]
+MEDIA = {"parquet": "application/vnd.apache.parquet", "verl": "application/vnd.apache.parquet",
+         "jsonl": "application/x-ndjson", "slime": "application/x-ndjson", "atif": "application/zip"}
 
 
-def create_app(managed: ManagerFactory) -> FastAPI:
+def create_app(store: Path, make_nodes: NodeFactory) -> FastAPI:
+    """`make_nodes` runs inside the server's event loop, so the nodes' asyncio state lives there."""
+
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        async with managed() as manager:
-            app.state.manager = manager
-            yield
+        nodes = list(make_nodes())
+        ids = await asyncio.gather(*(node.node_id() for node in nodes))
+        app.state.manager = RolloutManager(NodePool(dict(zip(ids, nodes, strict=True))), ResultStore(store))
+        yield
+        await app.state.manager.close()
+        await asyncio.gather(*(node.shutdown() for node in nodes))
 
     app = FastAPI(title="tracetap rollout server", lifespan=lifespan)
     _task_routes(app)
-    _reference_routes(app)
+    _query_routes(app, store)
+    _reference_routes(app, store)
     return app
 
 
-def _manager(request: Request) -> RolloutManager:
-    return request.app.state.manager
+def _manager(app: FastAPI) -> RolloutManager:
+    return app.state.manager
 
 
-def _task_routes(app: FastAPI) -> None:
-    @app.post("/tasks", status_code=202)
-    async def submit(task: TaskRequest, request: Request) -> dict[str, Any]:
-        result = _submit(_manager(request), task)
-        return {"task_id": result.task_id, "status": result.status, "session_ids": result.session_ids}
-
-    @app.get("/tasks/{task_id}")
-    async def task(task_id: str, request: Request) -> TaskResult:
-        return _known(lambda: _manager(request).task_result(task_id))
-
-    @app.delete("/tasks/{task_id}", status_code=202)
-    async def cancel(task_id: str, request: Request) -> TaskResult:
-        manager = _manager(request)
-        _known(lambda: manager.runs[task_id])
-        return await manager.cancel(task_id)
-
-    @app.get("/tasks/{task_id}/samples")
-    async def samples(task_id: str, request: Request, background: BackgroundTasks,
-                      format: str = "jsonl") -> FileResponse:
-        manager = _manager(request)
-        record = _known(lambda: manager.records[task_id])
-        out = await asyncio.to_thread(_export, manager, record.request, record.result, format)
-        background.add_task(shutil.rmtree, out.parent, ignore_errors=True)
-        return FileResponse(out, filename=out.name)
-
-    @app.get("/sessions/{session_id}")
-    async def session(session_id: str, request: Request) -> dict[str, Any]:
-        manager = _manager(request)
-        task, result = _known(lambda: manager.session_result(session_id))
-        status = result.status if result else await manager.live_status(task.task_id, session_id)
-        return {"session_id": session_id, "task_id": task.task_id, "status": status,
-                "result": result.model_dump(mode="json") if result else None}
-
-    @app.get("/status")
-    async def status(request: Request) -> dict[str, Any]:
-        return await _status(_manager(request))
-
-
-def _reference_routes(app: FastAPI) -> None:
-    @app.post("/rollout/task/submit")
-    async def submit(body: dict[str, Any], request: Request) -> dict[str, Any]:
-        try:
-            task = reference.to_task_request(body)
-        except pydantic.ValidationError as exc:
-            raise RequestValidationError(exc.errors(include_url=False)) from None
-        result = _submit(_manager(request), task)
-        return {"task_id": result.task_id, "status": "submitted", "session_ids": result.session_ids}
-
-    @app.get("/rollout/task/{task_id}")
-    async def task(task_id: str, request: Request) -> dict[str, Any]:
-        manager = _manager(request)
-        result = _known(lambda: manager.task_result(task_id))
-        return reference.task_result(result, str(task_file(manager.results.root, task_id)))
-
-    @app.get("/rollout/status")
-    async def status(request: Request) -> dict[str, Any]:
-        return await _status(_manager(request))
-
-
-def _submit(manager: RolloutManager, task: TaskRequest) -> TaskResult:
+def _submit(app: FastAPI, request: TaskRequest) -> TaskResult:
     try:
-        return manager.submit(task)
+        return _manager(app).submit(request)
     except TaskConflict as exc:
         raise HTTPException(409, str(exc)) from None
 
 
-def _known(lookup: Callable[[], Any]) -> Any:
+def _known(call: Callable[[], Any]) -> Any:
     try:
-        return lookup()
-    except (UnknownTask, KeyError) as exc:
-        raise HTTPException(404, f"unknown task or session {exc}") from None
+        return call()
+    except UnknownTask as exc:
+        raise HTTPException(404, f"unknown task or session {exc.args[0]!r}") from None
 
 
-async def _status(manager: RolloutManager) -> dict[str, Any]:
+def _task_routes(app: FastAPI) -> None:
+    @app.post("/tasks")
+    async def submit_task(request: TaskRequest) -> TaskResult:
+        return _submit(app, request)
+
+    @app.get("/tasks/{task_id}")
+    async def get_task(task_id: str) -> TaskResult:
+        return _known(lambda: _manager(app).task_result(task_id))
+
+    @app.delete("/tasks/{task_id}")
+    async def cancel_task(task_id: str) -> TaskResult:
+        try:
+            return await _manager(app).cancel(task_id)
+        except UnknownTask:
+            raise HTTPException(404, f"no running task {task_id!r}") from None
+
+
+def _query_routes(app: FastAPI, store: Path) -> None:
+    @app.get("/sessions/{session_id}")
+    async def get_session(session_id: str) -> dict:
+        task, result = _known(lambda: _manager(app).session_result(session_id))
+        if result is not None:
+            return result.model_dump(mode="json")
+        status = await _manager(app).live_status(task.task_id, session_id)
+        return {"session_id": session_id, "task_id": task.task_id, "status": status}
+
+    @app.get("/status")
+    async def status() -> dict:
+        return await _status(app)
+
+    @app.get("/tasks/{task_id}/samples")
+    async def samples(task_id: str, format: str = Query("parquet")) -> FileResponse:
+        record = _known(lambda: _manager(app).record(task_id))
+        return await asyncio.to_thread(_export_samples, store, record.request, record.result, format)
+
+
+async def _status(app: FastAPI) -> dict:
+    manager = _manager(app)
     nodes = await manager.pool.stats()
-    running = sum(1 for run in manager.runs.values() if not run.runner.done())
-    return {"nodes": [{**s.model_dump(), "total_sessions": s.total_sessions} for s in nodes],
-            "tasks": {"running": running, "known": len(manager.records)}}
+    running = [tid for tid, run in manager.runs.items() if not run.runner.done()]
+    return {"nodes": [{**s.model_dump(), "total_sessions": s.total_sessions, "admission_limit": s.admission_limit}
+                      for s in nodes], "running_tasks": running}
 
 
-def _export(manager: RolloutManager, task: TaskRequest, result: TaskResult, fmt: str) -> Path:
-    """The task's traces with rewards, in one file (atif's folder of files comes zipped)."""
-    if fmt not in FORMATS:
-        raise HTTPException(422, f"unknown format {fmt!r}; formats: {', '.join(FORMATS)}")
+def _export_samples(store: Path, request: TaskRequest, result: TaskResult, fmt: str) -> FileResponse:
+    """Export the task's sessions to a temp file, streamed back and removed after the response."""
     folder = Path(tempfile.mkdtemp(prefix="tracetap-samples-"))
-    out = folder / f"{task.task_id}.{'parquet' if fmt == 'parquet' else 'json' if fmt == 'atif' else 'jsonl'}"
-    evaluator = task.evaluator.name if task.evaluator else None
+    out = folder / f"{request.task_id}.{fmt}"
+    evaluator = request.evaluator.name if request.evaluator else None
     try:
-        export(manager.results.root, task.builder, fmt, out, evaluator=evaluator, force=True,
-               session_ids=set(result.session_ids))
+        export(store, request.builder, fmt, out, evaluator=evaluator, session_ids=result.session_ids)
     except ExportError as exc:
-        shutil.rmtree(folder, ignore_errors=True)
-        raise HTTPException(409, str(exc)) from None
-    return Path(shutil.make_archive(str(out), "zip", out)) if out.is_dir() else out
+        _remove(folder)
+        raise HTTPException(404 if "no trajectories" in str(exc) else 422, str(exc)) from None
+    if out.is_dir():  # atif: a folder of documents
+        out = Path(shutil.make_archive(str(out), "zip", out))
+    return FileResponse(out, media_type=MEDIA.get(fmt, "application/octet-stream"), filename=out.name,
+                        background=BackgroundTask(_remove, folder))
 
 
-class ServerThread:
-    """The app under uvicorn on a background thread (the demo and tests); `url` once started."""
+def _remove(folder: Path) -> None:
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+def _reference_routes(app: FastAPI, store: Path) -> None:
+    @app.post("/rollout/task/submit")
+    async def reference_submit(body: Annotated[Any, Body()]) -> dict:
+        try:
+            request = from_reference(body)
+        except ValidationError as exc:
+            raise RequestValidationError(exc.errors(include_url=False)) from None
+        return to_reference(_submit(app, request), store)
+
+    @app.get("/rollout/task/{task_id}")
+    async def reference_task(task_id: str) -> dict:
+        return to_reference(_known(lambda: _manager(app).task_result(task_id)), store)
+
+    @app.get("/rollout/status")
+    async def reference_status() -> dict:
+        return await _status(app)
+
+
+class BackgroundServer:
+    """uvicorn on a daemon thread; `start()` returns once it listens, `stop()` ends tasks and nodes."""
 
     def __init__(self, app: FastAPI, host: str = "127.0.0.1", port: int = 0) -> None:
         self.server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="warning",
                                                     lifespan="on"))
         self.thread = threading.Thread(target=self.server.run, name="rollout-server", daemon=True)
-        self.url = ""
 
-    def start(self, timeout: float = 300.0) -> ServerThread:
+    def start(self, timeout: float = 60.0) -> str:
         self.thread.start()
-        deadline = time.monotonic() + timeout
-        while not self.server.started:
-            if not self.thread.is_alive() or time.monotonic() > deadline:
-                raise RuntimeError("the rollout server did not start (see its log)")
-            time.sleep(0.05)
+        ready = threading.Event()
+        while not self.server.started and self.thread.is_alive() and not ready.wait(0.05):
+            timeout -= 0.05
+            if timeout <= 0:
+                raise RuntimeError("the rollout server did not start")
+        if not self.server.started:
+            raise RuntimeError("the rollout server failed to start")
+        return self.url
+
+    @property
+    def url(self) -> str:
         host, port = self.server.servers[0].sockets[0].getsockname()[:2]
-        self.url = f"http://{host}:{port}"
-        return self
+        return f"http://{host}:{port}"
 
     def stop(self) -> None:
         self.server.should_exit = True
-        self.thread.join(timeout=120)
+        self.thread.join()
 
-    def __enter__(self) -> ServerThread:
-        return self if self.url else self.start()
+    def __enter__(self) -> BackgroundServer:
+        self.start()
+        return self
 
     def __exit__(self, *exc: object) -> None:
         self.stop()

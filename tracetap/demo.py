@@ -1,13 +1,15 @@
 """`tracetap demo`: the main job end to end on embedded defaults.
 
-A TaskRequest (fix the failing test of a tiny project, several samples) goes to an in-process rollout
-server; its node runs the built-in agent (or a real CLI) per sample against the embedded engine in
-scripted mode, builds `prefix_merging` traces, scores them with `test_on_output` and calls the demo
-back. Then the `per_request` build, the Parquet export, a SQL summary and an HTML report.
+The fix-the-failing-test task goes as one TaskRequest to an in-process rollout server (embedded engine
+in scripted mode, one node, the built-in agent preset): task -> sessions -> harness -> capture ->
+build -> `test_on_output` -> callback to a local receiver; then the per_request build for comparison,
+the Parquet export, a SQL summary and an HTML report. The last of several samples gets a stricter
+test, so rewards differ. `--harness NAME` runs a real CLI on a node instead.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import shlex
 import shutil
@@ -17,17 +19,15 @@ from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 
-import httpx
-
 from tracetap.agent import AgentRun
+from tracetap.launch import start_gateway
 from tracetap.rollout.harnesses.npm import HarnessError
+from tracetap.rollout.models import TaskResult
 
 TASK_ID = "fix-calc"
 TASK = "The tests in this project fail. Find the bug and fix it, then check that the tests pass."
-TEST_COMMAND = f"{shlex.quote(sys.executable)} -m pytest -v -p no:cacheprovider"
+TEST_COMMAND = "python -m pytest -v -p no:cacheprovider"
 EXPECTED = {"test_calc.py::test_add": "PASSED", "test_calc.py::test_mul": "PASSED"}
-STRICTER_TEST = "sed -i 's/== 6/== 7/' test_calc.py"  # mul(2, 3) == 7: no fix of add() passes it
-CALLBACK_WAIT = 600.0  # seconds: the whole task, gateway start included
 # With --harness the script asks the CLI's own shell tool for the same fix the built-in agent makes.
 HARNESS_FIX = "sed -i 's/return a - b/return a + b/' calc.py"
 HARNESS_DONE = "Fixed: add() subtracted instead of adding. Both tests pass now."
@@ -66,62 +66,106 @@ class DemoResult:
     summary: dict = field(default_factory=dict)
     dataset: Path | None = None
     report: Path | None = None
+    task: TaskResult | None = None  # the rollout's result (the built-in agent's path)
 
 
 def demo_data() -> Path:
     return Path(str(resources.files("tracetap") / "demo_data"))
 
 
+def prepare_workspace(root: Path, session_id: str) -> Path:
+    workspace = root / "workspaces" / session_id
+    shutil.copytree(demo_data() / "project", workspace)
+    return workspace
+
+
 def run_sessions(result: DemoResult, sessions: int, say: Callable[[str], None],
                  harness: str | None = None) -> None:
-    """The task goes through an in-process rollout server: task -> sessions -> harness -> capture ->
-    build -> evaluate -> callback. The callback's TaskResult says which sessions ran."""
-    from tracetap.rollout.callbacks import Receiver
-    from tracetap.rollout.nodes import ClusterConfig, local_manager
-    from tracetap.rollout.server import ServerThread, create_app
+    if harness:
+        run_harness_sessions(result, sessions, say, harness)
+        return
+    from tracetap.rollout.callbacks import LocalReceiver
+    from tracetap.rollout.client import RolloutClient
+    from tracetap.rollout.serve import ServeConfig, rollout_server
 
-    agent, gateway_args = _agent(result.out_dir, harness)
-    cluster = ClusterConfig(store=result.store, sessions_root=result.out_dir / "sessions", run_workers=2,
-                            gateway_args=gateway_args)
-    with Receiver() as receiver, ServerThread(create_app(lambda: local_manager(cluster))) as server:
-        say(f"rollout server on {server.url} (one node, its gateway on the embedded engine, scripted)")
-        submitted = httpx.post(f"{server.url}/tasks", json=demo_task(sessions, agent, receiver.url), timeout=60)
-        submitted.raise_for_status()
-        say(f"task {TASK_ID}: {sessions} sessions submitted")
-        task = receiver.wait(CALLBACK_WAIT)
-    for ended in task["results"]:
-        if ended["status"] != "COMPLETED":
-            raise HarnessError(f"{ended['session_id']} ended {ended['status']}: {ended['error']}")
-        run = recorded_run(result.store, ended["session_id"])
-        result.runs.append(run)
-        say(f"{run.session_id}: {run.turns} calls, reward {ended['reward']}, tools: {', '.join(run.tool_calls)}")
-
-
-def demo_task(sessions: int, agent: dict, callback_url: str) -> dict:
-    """The fix-the-failing-test TaskRequest; the last sample's copy of the project also gets a test
-    the fix cannot satisfy, so rewards differ (1.0 when both tests pass, 0.5 when one does)."""
-    last = f'if [ "$SAMPLE_INDEX" = {sessions - 1} ] && [ {sessions} -gt 1 ]; then {STRICTER_TEST}; fi'
-    return {"task_id": TASK_ID, "instruction": TASK, "num_samples": sessions, "timeout_seconds": 300,
-            "agent": agent, "builder": "prefix_merging", "callback_url": callback_url,
-            "runtime": {"prepare": [{"type": "upload_dir", "source": str(demo_data() / "project"), "target": "."},
-                                    {"type": "exec", "command": last}]},
-            "evaluator": {"name": "test_on_output", "config": {"test_command": TEST_COMMAND, "expected": EXPECTED}}}
+    config = ServeConfig(result.store, script=demo_data() / "script.jsonl", init_workers=sessions,
+                         run_workers=sessions, postrun_workers=2)
+    with rollout_server(config) as server, LocalReceiver() as receiver:
+        say(f"rollout server on {server.url} (one node, embedded engine, scripted)")
+        client = RolloutClient(server.url)
+        accepted = client.submit(demo_task(sessions, receiver.url))
+        say(f"task {accepted.task_id}: {len(accepted.session_ids)} sessions submitted")
+        done = client.wait(accepted.task_id)
+        client.close()
+        receiver.arrived.wait(30)
+    (result.out_dir / "callbacks.json").write_text(json.dumps(receiver.bodies, indent=1))
+    say(f"callback received: {len(receiver.bodies)} (task {done.status}, {len(done.results)} sessions)")
+    result.task = done
+    for ended in done.results:
+        if ended.status != "COMPLETED":
+            raise HarnessError(f"{ended.session_id} ended {ended.status}: {ended.error}")
+        result.runs.append(recorded_run(result.store, ended.session_id))
+        say(f"{ended.session_id}: reward {ended.reward}, {ended.traces} traces")
 
 
-def _agent(out_dir: Path, harness: str | None) -> tuple[dict, tuple[str, ...]]:
-    """The task's agent spec and the gateway's arguments: the built-in agent on the demo script, or
-    `--harness NAME`, a real CLI asked (by its own script) for the same fix through its shell tool."""
-    if harness is None:
-        return {"harness": "builtin", "settings": {"max_turns": 12}}, ("--script", str(demo_data() / "script.jsonl"))
+def demo_task(sessions: int, callback_url: str):
+    """The fix-the-failing-test task as a TaskRequest; the last sample (of several) gets a stricter test
+    that the fix cannot satisfy, so rewards differ."""
+    from tracetap.rollout.models import TaskRequest
+
+    last = sessions - 1 if sessions > 1 else -1
+    stricter = f"if [ \"$SAMPLE_INDEX\" = {last} ]; then sed -i 's/== 6/== 7/' test_calc.py; fi"
+    prepare = [{"type": "upload_dir", "source": str(demo_data() / "project"), "target": "."},
+               {"type": "exec", "command": stricter}]
+    test_command = shlex.join([sys.executable, "-m", "pytest", "-v", "-p", "no:cacheprovider"])
+    return TaskRequest(task_id=TASK_ID, instruction=TASK, num_samples=sessions, timeout_seconds=300,
+                       runtime={"prepare": prepare}, agent={"harness": "builtin", "settings": {"max_turns": 12}},
+                       builder="prefix_merging", callback_url=callback_url,
+                       evaluator={"name": "test_on_output", "config": {"test_command": test_command,
+                                                                       "expected": EXPECTED}})
+
+
+def run_harness_sessions(result: DemoResult, sessions: int, say: Callable[[str], None], name: str) -> None:
+    """`--harness NAME`: the real CLI does the task as rollout sessions on a local node; each solves it."""
     from tracetap.rollout.harnesses import cli_harness
     from tracetap.rollout.harnesses.npm import require_binary
     from tracetap.rollout.harnesses.script import GATEWAY_ARGS, write_script
 
-    preset = cli_harness(harness)
-    require_binary(preset)
+    preset = cli_harness(name)
+    binary = require_binary(preset)
     test = shlex.join([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"])
-    script = write_script(out_dir / "script.jsonl", preset, [test, HARNESS_FIX, test], HARNESS_DONE)
-    return {"harness": preset.name}, ("--script", str(script), *GATEWAY_ARGS)
+    script = write_script(result.out_dir / "script.jsonl", preset, [test, HARNESS_FIX, test], HARNESS_DONE)
+    with start_gateway(result.store, "--script", str(script), *GATEWAY_ARGS) as gateway:
+        say(f"gateway ready on {gateway.url} (embedded engine, scripted for {binary})")
+        contexts = [harness_session(result.out_dir, preset.name, n) for n in range(1, sessions + 1)]
+        for ctx, ended in zip(contexts, asyncio.run(run_on_node(result, gateway.url, contexts)), strict=True):
+            if ended.status != "COMPLETED":
+                raise HarnessError(f"{ctx.session_id}: {name} ended {ended.status}: {ended.error}")
+            run = recorded_run(result.store, ctx.session_id)
+            result.runs.append(run)
+            say(f"{ctx.session_id}: {name} made {run.turns} calls, tools: {', '.join(run.tool_calls)}")
+
+
+def harness_session(out_dir: Path, harness: str, n: int):
+    """Sample n of the task: the CLI works in the demo's workspace for the session (the evaluator's)."""
+    from tracetap.rollout.models import SessionContext, TaskRequest
+
+    session_id = f"sk-tap-demo-{n}"
+    workspace = prepare_workspace(out_dir, session_id)
+    task = TaskRequest(task_id=TASK_ID, instruction=TASK, runtime={"workdir": str(workspace)},
+                       agent={"harness": harness})
+    return SessionContext(session_id=session_id, task=task, sample_index=n - 1)
+
+
+async def run_on_node(result: DemoResult, gateway_url: str, contexts: list) -> list:
+    from tracetap.rollout.node import GatewayNode, NodeConfig
+
+    node = GatewayNode(NodeConfig(store=result.store, sessions_root=result.out_dir / "sessions",
+                                  gateway_url=gateway_url, run_workers=1))
+    try:
+        return await asyncio.gather(*(node.run_session(ctx) for ctx in contexts))
+    finally:
+        await node.shutdown()
 
 
 def recorded_run(store_dir: Path, session_id: str) -> AgentRun:
@@ -134,13 +178,18 @@ def recorded_run(store_dir: Path, session_id: str) -> AgentRun:
 
 
 def process(result: DemoResult, say: Callable[[str], None]) -> None:
-    """Offline stage: build, evaluate, export, summarize, report."""
+    """Offline stage: build, evaluate (unless the rollout's POSTRUN did both), export, summarize, report."""
     from tracetap.builders import build
     from tracetap.builders.exports import export
     from tracetap.common import decode
+    from tracetap.evaluators.runner import evaluate_store
 
-    summary = build(result.store, "per_request", decode=decode)  # the rollout built prefix_merging
-    say(f"built per_request: {summary.to_dict().get('traces')} traces")
+    for builder in ("per_request",) if result.task else ("per_request", "prefix_merging"):
+        summary = build(result.store, builder, decode=decode)
+        say(f"built {builder}: {summary.to_dict().get('traces')} traces")
+    if not result.task:
+        evaluate_store(result.store, "test_on_output", {"test_command": TEST_COMMAND, "expected": EXPECTED},
+                       workspace_root=result.out_dir / "workspaces", timeout=120)
     result.dataset = result.out_dir / "dataset.parquet"
     export(result.store, "prefix_merging", "parquet", result.dataset, evaluator="test_on_output", force=True)
     result.summary = summarize(result.store)

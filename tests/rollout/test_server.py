@@ -1,47 +1,55 @@
-"""The rollout server over real HTTP: uvicorn, in-process nodes, one real gateway, a real callback receiver."""
+"""The rollout server over HTTP: real uvicorn, real nodes on a real scripted gateway, real callback receiver."""
 
 from __future__ import annotations
 
+import io
 import json
 import time
 from pathlib import Path
 
 import httpx
+import pyarrow.parquet as pq
 import pytest
+import yaml
 from click.testing import CliRunner
 from conftest import DEMO, PYTHON
-from tracetap.rollout.callbacks import Receiver
-from tracetap.rollout.nodes import ClusterConfig, local_manager
-from tracetap.rollout.server import ServerThread, create_app
+from tracetap.rollout.callbacks import LocalReceiver
+from tracetap.rollout.node import GatewayNode, NodeConfig
+from tracetap.rollout.server import BackgroundServer, create_app
+from tracetap.store.paths import task_file
 
-from tracetap.cli import cli
+from tracetap.cli import cli as main_cli
 
 TEST_COMMAND = f"{PYTHON} -m pytest -v -p no:cacheprovider"
 EXPECTED = {"test_calc.py::test_add": "PASSED", "test_calc.py::test_mul": "PASSED"}
+ONE_CALL = (f"{PYTHON} -c 'from openai import OpenAI\n"
+            "OpenAI(max_retries=0).chat.completions.create(model=\"m\", messages=[{\"role\": \"user\", "
+            "\"content\": \"hi\"}])'")
 
 
-def start_server(store: Path, **config) -> ServerThread:
-    cluster = ClusterConfig(store=store, sessions_root=store.parent / "sessions",
-                            gateway_args=("--script", str(DEMO / "script.jsonl")), **config)
-    return ServerThread(create_app(lambda: local_manager(cluster))).start()
+def start_server(gw, sessions: Path) -> BackgroundServer:
+    nodes = lambda: [GatewayNode(NodeConfig(store=gw.store, sessions_root=sessions, gateway_url=gw.url,  # noqa: E731
+                                            node_id=f"n{i}", run_workers=2)) for i in range(2)]
+    server = BackgroundServer(create_app(gw.store, nodes))
+    server.start()
+    return server
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory):
-    root = tmp_path_factory.mktemp("rollout-server")
-    running = start_server(root / "store", nodes=2, run_workers=2)
-    yield running
-    running.stop()
+def server(gw, tmp_path_factory):
+    server = start_server(gw, tmp_path_factory.mktemp("sessions"))
+    yield server
+    server.stop()
 
 
 @pytest.fixture
-def receiver():
-    with Receiver() as listening:
-        yield listening
+def client(server):
+    with httpx.Client(base_url=server.url, timeout=30, trust_env=False) as client:
+        yield client
 
 
 def fix_calc(task_id: str, **fields) -> dict:
-    return {"task_id": task_id, "instruction": "Fix the failing test.", "timeout_seconds": 120,
+    return {"task_id": task_id, "instruction": "Fix the failing test.", "num_samples": 4, "timeout_seconds": 120,
             "agent": {"harness": "builtin", "settings": {"max_turns": 8}},
             "runtime": {"prepare": [{"type": "upload_dir", "source": str(DEMO / "project"), "target": "."}]},
             "evaluator": {"name": "test_on_output", "config": {"test_command": TEST_COMMAND, "expected": EXPECTED}},
@@ -49,141 +57,149 @@ def fix_calc(task_id: str, **fields) -> dict:
 
 
 def shell_task(task_id: str, command: str, **fields) -> dict:
-    return {"task_id": task_id, "instruction": "run", "agent": {"harness": "shell", "settings": {"command": command}},
+    return {"task_id": task_id, "instruction": "x", "agent": {"harness": "shell", "settings": {"command": command}},
             **fields}
 
 
-def wait_done(url: str, task_id: str, timeout: float = 240.0) -> dict:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        result = httpx.get(f"{url}/tasks/{task_id}").json()
-        if result["status"] != "running":
-            return result
-        time.sleep(0.25)
-    raise AssertionError(f"task {task_id} still running after {timeout}s")
+def wait_done(client: httpx.Client, path: str, timeout: float = 240) -> dict:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        body = client.get(path).json()
+        if body["status"] != "running":
+            return body
+        time.sleep(0.2)
+    raise AssertionError(f"{path} still running: {body}")
 
 
-def store_of(server: ServerThread) -> Path:
-    return server.server.config.app.state.manager.results.root
-
-
-def test_four_samples_complete_with_one_callback(server, receiver):
-    reply = httpx.post(f"{server.url}/tasks", json=fix_calc("four", num_samples=4, callback_url=receiver.url))
-    assert reply.status_code == 202, reply.text
-    sids = reply.json()["session_ids"]
-    assert len(sids) == 4 and all(s.startswith("sk-tap-") for s in sids)
-
-    result = wait_done(server.url, "four")
-    assert result["status"] == "completed"
-    assert [r["status"] for r in result["results"]] == ["COMPLETED"] * 4, [r["error"] for r in result["results"]]
-    assert [r["reward"] for r in result["results"]] == [1.0] * 4
-    assert {r["node_id"] for r in result["results"]} <= {"node-0", "node-1"}
-    receiver.wait(10)
-    time.sleep(0.5)  # a second delivery would have arrived by now
-    assert len(receiver.bodies) == 1
-    assert receiver.bodies[0]["task_id"] == "four"
-    assert sorted(r["session_id"] for r in receiver.bodies[0]["results"]) == sorted(sids)
-
-    listed = CliRunner().invoke(cli, ["sessions", "--store", str(store_of(server)), "--json"])
-    rows = {row["session"]: row for row in json.loads(listed.output)}
-    assert all(rows[s]["task"] == "four" and rows[s]["harness"] == "builtin" for s in sids)
-    assert httpx.get(f"{server.url}/sessions/{sids[0]}").json()["status"] == "COMPLETED"
-
-
-def test_samples_come_back_with_rewards_in_every_format(server):
-    if httpx.get(f"{server.url}/tasks/four").status_code == 404:
-        httpx.post(f"{server.url}/tasks", json=fix_calc("four", num_samples=4))
-    wait_done(server.url, "four")
-    lines = httpx.get(f"{server.url}/tasks/four/samples", params={"format": "jsonl"}).text.splitlines()
-    rows = [json.loads(line) for line in lines]
-    assert len({row["session_id"] for row in rows}) == 4
-    assert all(row["reward"] == 1.0 for row in rows)
-    parquet = httpx.get(f"{server.url}/tasks/four/samples", params={"format": "parquet"})
-    assert parquet.status_code == 200 and parquet.content[:4] == b"PAR1"
-    assert httpx.get(f"{server.url}/tasks/four/samples", params={"format": "csv"}).status_code == 422
-
-
-@pytest.mark.parametrize(("change", "where"), [
-    ({"num_samples": 0}, ["body", "num_samples"]),
-    ({"agent": {"harness": "nope"}}, ["body", "agent", "harness"]),
-    ({"builder": "nope"}, ["body", "builder"]),
-    ({"evaluator": {"name": "nope"}}, ["body", "evaluator"]),
-    ({"task_id": "../up"}, ["body", "task_id"]),
-])
-def test_invalid_tasks_are_422_with_the_field_and_create_nothing(server, change, where):
-    before = sorted(p.name for p in (store_of(server) / "rollouts").glob("*"))
-    reply = httpx.post(f"{server.url}/tasks", json={**shell_task("bad", "true"), **change})
-    assert reply.status_code == 422
-    assert [error["loc"][:len(where)] for error in reply.json()["detail"]] == [where]
-    assert sorted(p.name for p in (store_of(server) / "rollouts").glob("*")) == before
-    assert httpx.get(f"{server.url}/tasks/bad").status_code == 404
-
-
-def test_a_running_task_id_is_a_409_and_cancel_ends_its_sessions(server):
-    assert httpx.post(f"{server.url}/tasks", json=shell_task("slow", "sleep 60", num_samples=2)).status_code == 202
-    assert httpx.post(f"{server.url}/tasks", json=shell_task("slow", "true")).status_code == 409
-    time.sleep(1.0)
-    assert httpx.delete(f"{server.url}/tasks/slow").status_code == 202
-    result = wait_done(server.url, "slow", timeout=60)
-    assert result["status"] == "cancelled"
-    assert [r["status"] for r in result["results"]] == ["CANCELLED"] * 2
-    assert httpx.delete(f"{server.url}/tasks/never").status_code == 404
-
-
-def test_reference_shapes_go_through_its_routes(server):
-    body = {"task_id": "ref", "instruction": "run", "num_samples": 2,
-            "agent": {"harness": "shell", "custom_shell": "echo hi", "mcp_servers": []},
-            "runtime": {"backend": "local", "gpus": 0}, "builder": "per_request",
-            "evaluator": {"name": "session_completed", "env": {"A": "1"}}}
-    reply = httpx.post(f"{server.url}/rollout/task/submit", json=body)
-    assert reply.status_code == 200, reply.text
-    deadline = time.monotonic() + 60
-    while (task := httpx.get(f"{server.url}/rollout/task/ref").json())["status"] == "running":
-        assert time.monotonic() < deadline
-        time.sleep(0.25)
-    assert task["status"] == "completed" and len(task["results"]) == 2
-    assert set(task["results"][0]) >= {"session_id", "task_id", "status", "trajectory", "timing", "node_id",
-                                       "error", "metadata"}
-    assert set(task["results"][0]["timing"]) == {"register_to_init_queue_ms", "init_ms", "run_ms", "postrun_ms"}
-    assert Path(task["result_paths"][0]).is_file()
-    status = httpx.get(f"{server.url}/rollout/status").json()
-    assert {node["node_id"] for node in status["nodes"]} == {"node-0", "node-1"}
-    assert httpx.post(f"{server.url}/rollout/task/submit", json={**body, "num_samples": 0}).status_code == 422
-
-
-def test_a_restarted_server_answers_for_finished_tasks(tmp_path):
-    store = tmp_path / "store"
-    with start_server(store) as first:
-        httpx.post(f"{first.url}/tasks", json=shell_task("once", "true"))
-        done = wait_done(first.url, "once", timeout=60)
+def test_four_samples_over_http_end_completed_with_one_callback(client, gw):
+    client.post("/tasks", json=shell_task("other-task", ONE_CALL))  # its traces must stay out of the samples
+    assert wait_done(client, "/tasks/other-task")["status"] == "completed"
+    receiver = LocalReceiver()
+    try:
+        accepted = client.post("/tasks", json=fix_calc("http-four", callback_url=receiver.url)).json()
+        assert accepted["status"] == "running" and len(accepted["session_ids"]) == 4
+        done = wait_done(client, "/tasks/http-four")
+        receiver.arrived.wait(30)
+        time.sleep(1.0)  # a second delivery would arrive by now
+    finally:
+        receiver.close()
     assert done["status"] == "completed"
-    stored = json.loads((store / "rollouts" / "task_id=once" / "task.json").read_text())
-    assert stored["result"]["status"] == "completed"
-    with start_server(store) as second:
-        assert httpx.get(f"{second.url}/tasks/once").json() == done
+    assert [r["status"] for r in done["results"]] == ["COMPLETED"] * 4, [r["error"] for r in done["results"]]
+    assert [r["reward"] for r in done["results"]] == [1.0] * 4
+    assert {r["node_id"] for r in done["results"]} == {"n0", "n1"}  # spread by stage pressure
+    assert len(receiver.bodies) == 1
+    assert receiver.bodies[0]["task_id"] == "http-four"
+    assert sorted(r["session_id"] for r in receiver.bodies[0]["results"]) == sorted(accepted["session_ids"])
+    session = client.get(f"/sessions/{accepted['session_ids'][0]}").json()
+    assert session["status"] == "COMPLETED" and session["traces"] == 5
+
+    samples = client.get("/tasks/http-four/samples", params={"format": "parquet"})
+    assert samples.status_code == 200
+    table = pq.read_table(io.BytesIO(samples.content))
+    assert set(table.column("session_id").to_pylist()) == set(accepted["session_ids"])
+    assert set(table.column("reward").to_pylist()) == {1.0}
 
 
-def test_cli_submits_yaml_waits_and_reports(server, tmp_path):
-    task = tmp_path / "task.yaml"
-    task.write_text("task_id: from-yaml\ninstruction: run\nnum_samples: 2\n"
-                    "agent:\n  harness: shell\n  settings:\n    command: 'true'\n")
-    done = CliRunner().invoke(cli, ["rollout", "submit", str(task), "--server", server.url, "--wait", "--json"])
+@pytest.mark.parametrize("change, field", [
+    ({"num_samples": 0}, "num_samples"),
+    ({"agent": {"harness": "nope"}}, "harness"),
+    ({"builder": "nope"}, "builder"),
+    ({"evaluator": {"name": "nope"}}, "evaluator"),
+])
+def test_invalid_task_is_a_422_naming_the_field_and_creates_nothing(client, gw, change, field):
+    reply = client.post("/tasks", json={**shell_task("bad-task", "true"), **change})
+    assert reply.status_code == 422
+    assert any(field in ".".join(map(str, error["loc"])) for error in reply.json()["detail"]), reply.json()
+    assert not task_file(gw.store, "bad-task").parent.exists()
+    assert client.get("/tasks/bad-task").status_code == 404
+
+
+def test_running_task_id_is_a_409_and_delete_cancels_it(client, gw):
+    body = shell_task("long-one", "sleep 60", num_samples=2)
+    first = client.post("/tasks", json=body).json()
+    before = task_file(gw.store, "long-one").read_text()
+    again = client.post("/tasks", json=body)
+    assert again.status_code == 409
+    assert task_file(gw.store, "long-one").read_text() == before  # the rejected one changed nothing
+    cancelled = client.delete("/tasks/long-one")
+    assert cancelled.status_code == 200
+    done = wait_done(client, "/tasks/long-one", timeout=30)
+    assert done["status"] == "cancelled"
+    assert {r["status"] for r in done["results"]} == {"CANCELLED"}
+    assert sorted(r["session_id"] for r in done["results"]) == sorted(first["session_ids"])
+
+
+def test_restarted_server_answers_for_a_finished_task(gw, tmp_path):
+    first = start_server(gw, tmp_path / "sessions")
+    try:
+        with httpx.Client(base_url=first.url, timeout=30, trust_env=False) as client:
+            client.post("/tasks", json=shell_task("before-restart", ONE_CALL))
+            done = wait_done(client, "/tasks/before-restart")
+    finally:
+        first.stop()
+    second = start_server(gw, tmp_path / "sessions")
+    try:
+        with httpx.Client(base_url=second.url, timeout=30, trust_env=False) as client:
+            again = client.get("/tasks/before-restart").json()
+    finally:
+        second.stop()
+    assert done["status"] == "completed" and done["results"][0]["status"] == "COMPLETED"
+    assert again == done
+
+
+def test_reference_shaped_request_goes_through_its_routes(client):
+    body = {"task_id": "ref-shape", "instruction": "say hi", "num_samples": 2, "timeout_seconds": 60,
+            "agent": {"harness": "shell", "custom_shell": ONE_CALL}, "evaluator": "session_completed"}
+    accepted = client.post("/rollout/task/submit", json=body)
+    assert accepted.status_code == 200
+    assert set(accepted.json()) == {"task_id", "status", "results", "result_paths"}
+    done = wait_done(client, "/rollout/task/ref-shape")
+    assert done["status"] == "completed"
+    assert [r["status"] for r in done["results"]] == ["COMPLETED"] * 2
+    assert all(r["reward"] == 1.0 for r in done["results"])
+    assert Path(done["result_paths"][0]).is_file()
+    status = client.get("/rollout/status").json()
+    assert {node["node_id"] for node in status["nodes"]} == {"n0", "n1"}
+    bad = client.post("/rollout/task/submit", json={**body, "task_id": "ref-bad", "num_samples": 0})
+    assert bad.status_code == 422 and bad.json()["detail"][0]["loc"][-1] == "num_samples"
+
+
+def cli(*args: str):
+    return CliRunner().invoke(main_cli, ["rollout", *args])
+
+
+def test_cli_submits_a_yaml_task_and_waits(server, gw, tmp_path):
+    path = tmp_path / "task.yaml"
+    path.write_text(yaml.safe_dump(shell_task("cli-yaml", ONE_CALL, num_samples=2)))
+    done = cli("submit", str(path), "--server", server.url, "--wait", "--json")
     assert done.exit_code == 0, done.output
     result = json.loads(done.stdout)
     assert result["status"] == "completed" and [r["status"] for r in result["results"]] == ["COMPLETED"] * 2
-    status = CliRunner().invoke(cli, ["rollout", "status", "--server", server.url])
-    assert status.exit_code == 0 and "node-0:" in status.output and "run_inflight=" in status.output
+    shown = cli("status", "--server", server.url, "--json")
+    assert {node["node_id"] for node in json.loads(shown.stdout)["nodes"]} == {"n0", "n1"}
 
 
-@pytest.mark.parametrize(("text", "message"), [
+@pytest.mark.parametrize("text, message", [
     ("task_id: [unclosed\n", "not valid YAML"),
-    ("- a list\n", "must hold one TaskRequest"),
-    ('{"task_id": "t", "instruction": "x", "num_samples": 0, "agent": {"harness": "shell"}}', "num_samples"),
-    ('{"task_id": "t", "instruction": "x", "agent": {"harness": "nope"}}', "agent.harness"),
+    (json.dumps(shell_task("cli-bad", "true", num_samples=0)), "num_samples"),
+    (json.dumps({**shell_task("cli-bad", "true"), "agent": {"harness": "nope"}}), "agent.harness"),
 ])
-def test_cli_refuses_bad_task_files_naming_the_field(server, tmp_path, text, message):
-    task = tmp_path / "task.json"
-    task.write_text(text)
-    done = CliRunner().invoke(cli, ["rollout", "submit", str(task), "--server", server.url])
-    assert done.exit_code != 0 and message in done.output
-    assert httpx.get(f"{server.url}/tasks/t").status_code == 404
+def test_cli_refuses_a_bad_task_file_naming_the_problem(server, gw, tmp_path, text, message):
+    path = tmp_path / "task.yaml"
+    path.write_text(text)
+    done = cli("submit", str(path), "--server", server.url)
+    assert done.exit_code != 0 and message in done.output, done.output
+    assert not task_file(gw.store, "cli-bad").parent.exists()
+
+
+def test_cli_cancel_and_ray_not_yet(server, tmp_path):
+    path = tmp_path / "task.json"
+    path.write_text(json.dumps(shell_task("cli-cancel", "sleep 60")))
+    assert cli("submit", str(path), "--server", server.url).exit_code == 0
+    assert cli("cancel", "cli-cancel", "--server", server.url).exit_code == 0
+    with httpx.Client(base_url=server.url, trust_env=False) as client:
+        assert wait_done(client, "/tasks/cli-cancel", timeout=30)["status"] == "cancelled"
+    unknown = cli("cancel", "never-was", "--server", server.url)
+    assert unknown.exit_code != 0 and "404" in unknown.output
+    ray = cli("serve", "--ray", "auto", "--store", str(tmp_path / "s"))
+    assert ray.exit_code != 0 and "not available yet" in ray.output

@@ -23,17 +23,21 @@ def test_demo_summary_matches_store(tmp_path):
     ).fetchall()
     assert summary["merged_trainable_tokens"] == sum(sum(mask) for mask, _, _ in merged) == calls[1]
     assert summary["merged_tokens"] == sum(len(r) + len(p) for _, r, p in merged)
-    # The task went through the rollout server: its result is in the store, one row per sample.
-    task = json.loads((out / "store" / "rollouts" / "task_id=fix-calc" / "task.json").read_text())["result"]
-    assert task["status"] == "completed" and len(task["session_ids"]) == 3
-    rewards = dict(con.execute("SELECT session_id, reward FROM rewards").fetchall())
-    # Every sample fixes add(); the last one's project also has a test the fix cannot satisfy.
-    assert rewards == {r["session_id"]: r["reward"] for r in task["results"]}
-    assert [rewards[sid] for sid in task["session_ids"]] == [1.0, 1.0, 0.5]
+    rewards = con.execute(
+        "SELECT s.task_id, s.harness, CAST(json_extract(s.metadata_json, '$.sample_index') AS INT) AS n, r.reward "
+        "FROM sessions s JOIN rewards r USING (session_id) ORDER BY n").fetchall()
+    # Every sample fixes the bug; the last one's stricter test still fails (rewards differ).
+    assert rewards == [("fix-calc", "builtin", 0, 1.0), ("fix-calc", "builtin", 1, 1.0),
+                       ("fix-calc", "builtin", 2, 0.5)]
     assert summary["solved_sessions"] == 2
-    harness = con.execute("SELECT DISTINCT task_id, harness FROM sessions").fetchall()
-    assert harness == [("fix-calc", "builtin")]
-    joined = con.execute("SELECT DISTINCT session_id, reward FROM trajectories WHERE builder = 'prefix_merging'")
-    assert dict(joined.fetchall()) == rewards
+    # the task went through the rollout server: its result persisted, the callback received
+    task = json.loads((out / "store" / "rollouts" / "task_id=fix-calc" / "task.json").read_text())
+    assert task["result"]["status"] == "completed" and len(task["result"]["results"]) == 3
+    callbacks = json.loads((out / "callbacks.json").read_text())
+    assert len(callbacks) == 1 and sorted(r["session_id"] for r in callbacks[0]["results"]) == sorted(
+        task["result"]["session_ids"])
+    traced = con.execute("SELECT DISTINCT session_id, reward FROM trajectories WHERE builder = 'prefix_merging'")
+    assert sorted(r for _, r in traced.fetchall()) == [0.5, 1.0, 1.0]  # rewards joined by POSTRUN
     assert (out / "dataset.parquet").exists() and (out / "report.html").exists()
-    assert task["session_ids"][0] in (out / "report.html").read_text()
+    first = task["result"]["session_ids"][0]
+    assert first in (out / "report.html").read_text()
