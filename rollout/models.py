@@ -8,6 +8,7 @@ Validation here is the one place a bad task is refused: a rejected task creates 
 from __future__ import annotations
 
 import uuid
+from collections.abc import Collection
 from datetime import datetime
 from enum import StrEnum
 from typing import Any, Literal
@@ -38,6 +39,13 @@ TERMINAL = frozenset({SessionStatus.COMPLETED, SessionStatus.ERROR, SessionStatu
 
 def new_session_id() -> str:
     return SESSION_PREFIX + str(uuid.uuid4())
+
+
+def _known(name: str, registry: Collection[str], what: str) -> str:
+    """`name` when the registry has it, else the ValueError pydantic reports at the field."""
+    if name not in registry:
+        raise ValueError(f"unknown {what} {name!r}; known: {', '.join(sorted(registry))}")
+    return name
 
 
 class _Strict(BaseModel):
@@ -90,9 +98,7 @@ class AgentSpec(_Strict):
     def _known_harness(cls, name: str) -> str:
         from tracetap.rollout.harnesses import HARNESSES
 
-        if name not in HARNESSES:
-            raise ValueError(f"unknown harness {name!r}; known: {', '.join(sorted(HARNESSES))}")
-        return name
+        return _known(name, HARNESSES, "harness")
 
     @model_validator(mode="after")
     def _settings_honoured(self) -> AgentSpec:
@@ -138,9 +144,7 @@ class TaskRequest(_Strict):
     def _known_builder(cls, name: str) -> str:
         from tracetap.builders.runner import BUILDERS
 
-        if name not in BUILDERS:
-            raise ValueError(f"unknown builder {name!r}; known: {', '.join(sorted(BUILDERS))}")
-        return name
+        return _known(name, BUILDERS, "builder")
 
 
 class SessionContext(_Strict):
