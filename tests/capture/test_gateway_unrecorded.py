@@ -25,13 +25,15 @@ def gw(tmp_path_factory):
         process.stop()
 
 
-def sessions(gw, expected: set[str], timeout: float = 10.0) -> dict[str, dict]:
-    """`tracetap sessions --json` by session, once every expected session has its row."""
+def sessions(gw, expected: dict[str, dict], timeout: float = 10.0) -> dict[str, dict]:
+    """`tracetap sessions --json` by session, once the expected counts are saved (rows are rewritten
+    shortly after a call, in batches) or the timeout passed."""
     deadline = time.monotonic() + timeout
     while True:
         result = CliRunner().invoke(cli, ["sessions", "--store", str(gw.store), "--json"], catch_exceptions=False)
         rows = {row["session"]: row for row in json.loads(result.stdout)}
-        if expected <= {sid for sid, row in rows.items() if row["unrecorded"]} or time.monotonic() > deadline:
+        saved = {sid: rows[sid]["unrecorded"] for sid in expected if sid in rows}
+        if saved == expected or time.monotonic() > deadline:
             return rows
         time.sleep(0.1)
 
@@ -51,7 +53,8 @@ def test_unrecorded_calls_are_counted_per_session(gw):
     assert httpx.get(gw.url + "/", headers=probe).status_code == 200
     assert httpx.get(gw.url + "/nowhere", headers=probe).status_code == 404
 
-    rows = sessions(gw, {"sk-tap-unrec-count", "unrec-chat", "unrec-probe"})
+    rows = sessions(gw, {"sk-tap-unrec-count": {"count_tokens": 2}, "unrec-chat": {"models": 2, "client_error": 1},
+                         "unrec-probe": {"probe": 2, "client_error": 1}})
     assert rows["sk-tap-unrec-count"]["unrecorded"] == {"count_tokens": 2}
     assert rows["unrec-chat"]["unrecorded"] == {"models": 2, "client_error": 1}
     assert rows["unrec-probe"]["unrecorded"] == {"probe": 2, "client_error": 1}
@@ -61,7 +64,7 @@ def test_unrecorded_calls_are_counted_per_session(gw):
 
 def test_the_sessions_table_shows_the_counts(gw):
     httpx.head(gw.url + "/", headers={"x-tracetap-session": "unrec-table"})
-    sessions(gw, {"unrec-table"})
+    sessions(gw, {"unrec-table": {"probe": 1}})
     output = CliRunner().invoke(cli, ["sessions", "--store", str(gw.store)], catch_exceptions=False).stdout
     header, line = output.splitlines()[0], next(row for row in output.splitlines() if row.startswith("unrec-table"))
     assert "unrecorded" in header.split() and "probe=1" in line.split()
