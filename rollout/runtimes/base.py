@@ -56,3 +56,7 @@ class Runtime(Protocol):
 
     async def teardown(self) -> None:
         """End every process this runtime started (by pid or container id); idempotent."""
+
+
+class RuntimeUnavailable(ValueError):
+    """A runtime this node cannot give the session: an unknown backend, no engine, a missing image."""

@@ -1,0 +1,103 @@
+"""What one node's containers share: the Docker engine clients, the network with its gateway link, the sweep.
+
+The SDK blocks, so every call runs on this host's own thread pool (a long exec wait must not starve the
+event loop's default executor, which POSTRUN's store work uses). Exec waits use a client without a read
+timeout: a command that prints nothing for a minute is still running, and its bound is the runtime's
+own timeout, which kills it. Everything the node created carries the label `tracetap.node=<node id>`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import os
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import TypeVar
+from urllib.parse import urlsplit, urlunsplit
+
+import docker
+from tracetap.rollout.runtimes import docker_network
+from tracetap.rollout.runtimes.base import RuntimeUnavailable
+from tracetap.rollout.runtimes.docker_network import LABEL_NODE, NodeNetwork
+from tracetap.rollout.runtimes.forward import Forwarder
+
+CONTROL_TIMEOUT = 60
+PING_TIMEOUT = 5
+POOL_THREADS = 64
+T = TypeVar("T")
+
+
+def engine_client(timeout: int | None = CONTROL_TIMEOUT) -> docker.DockerClient:
+    """A client for `$DOCKER_HOST` (else Docker's default socket)."""
+    return docker.from_env(timeout=timeout)
+
+
+def engine_available() -> str | None:
+    """None when the engine answers, else why not (a message for the user)."""
+    try:
+        client = engine_client(PING_TIMEOUT)
+        client.ping()
+        client.close()
+    except docker.errors.DockerException as exc:
+        return f"no Docker engine answers (DOCKER_HOST={os.environ.get('DOCKER_HOST', 'unset')}): {exc}"
+    return None
+
+
+def container_url(gateway_url: str, host: str, port: int) -> str:
+    """The node's gateway URL with its address swapped for the link's (path kept)."""
+    parts = urlsplit(gateway_url)
+    return urlunsplit((parts.scheme, f"{host}:{port}", parts.path, "", ""))
+
+
+class DockerHost:
+    def __init__(self, node_id: str) -> None:
+        self.node_id = node_id
+        self.client = engine_client()
+        self.waiter = engine_client(timeout=None)
+        self.pool = ThreadPoolExecutor(POOL_THREADS, thread_name_prefix=f"docker-{node_id}")
+        self.network: NodeNetwork | None = None
+        self.link_url: str | None = None
+        self._forwarder: Forwarder | None = None
+        self._lock = asyncio.Lock()
+
+    async def call(self, fn: Callable[..., T], *args, **kwargs) -> T:
+        return await asyncio.get_running_loop().run_in_executor(self.pool, functools.partial(fn, *args, **kwargs))
+
+    async def sweep(self) -> int:
+        """Remove this node id's containers, networks and firewall rules (a crashed predecessor's)."""
+        leftovers = await self.call(self.client.containers.list, all=True,
+                                    filters={"label": f"{LABEL_NODE}={self.node_id}"})
+        await asyncio.gather(*(self.call(container.remove, force=True) for container in leftovers))
+        await self.call(docker_network.remove_networks, self.client, self.node_id)
+        await docker_network.remove_rules(docker_network.bridge_name(self.node_id))
+        return len(leftovers)
+
+    async def link(self, gateway_url: str) -> tuple[NodeNetwork, str]:
+        """The node's network and the gateway URL as its containers see it (made on first use)."""
+        async with self._lock:
+            if self.network is None:
+                await self._open_link(gateway_url)
+        return self.network, self.link_url
+
+    async def _open_link(self, gateway_url: str) -> None:
+        target = urlsplit(gateway_url)
+        try:
+            network = await self.call(docker_network.create_network, self.client, self.node_id)
+        except docker.errors.APIError as exc:
+            raise RuntimeUnavailable(f"could not create the container network: {exc.explanation}") from None
+        forwarder = Forwarder(network.gateway_ip, target.hostname, target.port)
+        port = await forwarder.start()
+        await docker_network.allow_only(network, port)
+        self.network, self._forwarder = network, forwarder
+        self.link_url = container_url(gateway_url, network.gateway_ip, port)
+
+    async def close(self) -> None:
+        """Stop the link and remove whatever of this node is left (containers first: they use the network)."""
+        if self._forwarder is not None:
+            await self._forwarder.close()
+        await self.sweep()
+        self.network = self._forwarder = self.link_url = None
+        self.client.close()
+        self.waiter.close()
+        self.pool.shutdown(wait=False, cancel_futures=True)
