@@ -72,17 +72,29 @@ class PrepareAction(_Strict):
 
 
 class RuntimeSpec(_Strict):
-    """Where a session's processes run. `local` is a private directory on this machine."""
+    """Where a session's processes run. `local` is a private directory on this machine; `docker` a
+    container from `image`, on the node's `gateway` network (it reaches the gateway and nothing else) or
+    on the host's network (`host`), as `user` (default: the image's)."""
 
     backend: Literal["local", "docker", "podman"] = "local"
     image: str | None = None
     prepare: list[PrepareAction] = Field(default_factory=list)
     env: dict[str, str] = Field(default_factory=dict)
     workdir: str | None = None
-    network: str = "host"
+    network: Literal["gateway", "host"] = "gateway"
     cpus: float | None = Field(None, gt=0)
     memory_mb: int | None = Field(None, gt=0)
+    user: str | None = Field(None, pattern=r"^[A-Za-z0-9_][A-Za-z0-9_.-]*(:[A-Za-z0-9_][A-Za-z0-9_.-]*)?$")
     allow_internet: bool = False
+
+    @model_validator(mode="after")
+    def _image_named(self) -> RuntimeSpec:
+        if self.backend != "local" and not (self.image and self.image.strip()):
+            raise ValueError(f"the {self.backend} backend needs runtime.image (e.g. the tag `tracetap image build` "
+                             "prints)")
+        if self.backend != "local" and self.workdir and not self.workdir.startswith("/"):
+            raise ValueError("runtime.workdir must be an absolute path in a container")
+        return self
 
 
 class AgentSpec(_Strict):

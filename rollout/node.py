@@ -28,7 +28,7 @@ from tracetap.rollout.harnesses import HARNESSES
 from tracetap.rollout.harnesses.base import HarnessContext, Step, gateway_env
 from tracetap.rollout.models import PrepareAction, SessionContext, SessionResult, SessionStatus
 from tracetap.rollout.node_api import NodeStats
-from tracetap.rollout.runtimes import RuntimeUnavailable, create_runtime
+from tracetap.rollout.runtimes import NodeRuntimes, RuntimeUnavailable
 from tracetap.rollout.runtimes.base import ExecResult
 from tracetap.rollout.session_run import SessionRun, Stage, StageFailure
 from tracetap.store.paths import validate_session_id
@@ -74,6 +74,7 @@ class GatewayNode:
         self.store = Path(config.store)
         self.sessions_root = Path(config.sessions_root or self.store.parent / "sessions")
         self.gateway = GatewayHost(self.store, config.gateway_url, config.gateway_args)
+        self.runtimes = NodeRuntimes(self.id, self.sessions_root)
         self._live: dict[str, SessionRun] = {}
         self._seen: set[str] = set()  # session ids are single-use
         self._workers: list[asyncio.Task] = []
@@ -92,6 +93,7 @@ class GatewayNode:
                 raise NodeClosed(f"node {self.id} is shut down")
             if not self._workers:
                 await self.gateway.start()
+                await self.runtimes.start(self.gateway.url)
                 self._start_pools()
         return self.gateway.url
 
@@ -142,6 +144,7 @@ class GatewayNode:
         await asyncio.gather(*self._workers, return_exceptions=True)
         for run in list(self._live.values()):  # POSTRUN work cut short by the shutdown
             await self._finish(run, SessionStatus.ERROR, "the node shut down during POSTRUN")
+        await self.runtimes.close()
         await self.gateway.stop()
 
     # -- the pools ---------------------------------------------------------------------------------
@@ -200,13 +203,13 @@ class GatewayNode:
         """Create and start the runtime, register the session with the gateway, run the prepare actions."""
         task = run.task
         try:
-            run.runtime = create_runtime(task.runtime, self.sessions_root, run.session_id)
-        except RuntimeUnavailable as exc:
+            run.runtime, gateway_url = await self.runtimes.create(task.runtime, run.session_id, task.task_id)
+            await run.runtime.start()
+        except RuntimeUnavailable as exc:  # no engine, a missing image
             raise StageFailure(SessionStatus.ERROR, str(exc)) from None
-        await run.runtime.start()
         run.harness_ctx = HarnessContext(
             session_id=run.session_id, task_id=task.task_id, instruction=task.instruction,
-            gateway_url=self.gateway.url, layout=run.runtime.layout, model_name=task.agent.model_name,
+            gateway_url=gateway_url, layout=run.runtime.layout, model_name=task.agent.model_name,
             settings=task.agent.settings)
         await self.gateway.register(run.session_id, task.task_id, task.agent.harness, self._metadata(run))
         run.registered = True

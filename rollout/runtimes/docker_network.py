@@ -89,7 +89,7 @@ async def remove_rules(bridge: str) -> None:
     listing = await _run("iptables", "-w", "-S", "INPUT")
     for line in listing.splitlines():
         words = line.split()
-        if words[:2] == ["-A", "INPUT"] and words[2:4] == ["-i", bridge]:
+        if words[:2] == ["-A", "INPUT"] and f" -i {bridge} " in f"{line} ":
             await _run("iptables", "-w", "-D", "INPUT", *words[2:])
 
 

@@ -153,5 +153,5 @@ def test_session_ids_are_checked_before_they_become_paths(tmp_path: Path) -> Non
 
 def test_factory(tmp_path: Path) -> None:
     assert isinstance(create_runtime(RuntimeSpec(), tmp_path, SID), LocalRuntime)
-    with pytest.raises(RuntimeUnavailable, match="not available yet"):
+    with pytest.raises(RuntimeUnavailable, match="needs a gateway node"):
         create_runtime(RuntimeSpec(backend="docker", image="python:3.12"), tmp_path, SID)
