@@ -5,7 +5,8 @@ running; everything else happens in background tasks. Each session waits for an 
 (scheduler.NodePool), runs there, and its result is written into the task's record in the store as
 soon as it ends. A session whose node was lost before it started goes to another node; one whose node
 was lost while it ran ends ERROR `node_lost`. When every session has ended, the TaskResult is
-persisted, then POSTed to the callback URL.
+persisted, then POSTed to the callback URL in the background; how that went (`TaskResult.callback`)
+is persisted after every attempt.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from datetime import UTC, datetime
 from tracetap.rollout import callbacks
 from tracetap.rollout.models import (
     TERMINAL,
+    CallbackState,
     SessionContext,
     SessionResult,
     SessionStatus,
@@ -48,20 +50,29 @@ class TaskRun:
     where: dict[str, str] = field(default_factory=dict)  # session id -> node id it runs on
     cancelled: bool = False
     runner: asyncio.Task | None = None
-    callback_delivered: bool | None = None
 
 
 class RolloutManager:
-    def __init__(self, pool: NodePool, results: ResultStore) -> None:
+    """Construct it inside the event loop it serves: callbacks an earlier server left pending resume."""
+
+    def __init__(self, pool: NodePool, results: ResultStore,
+                 callback_policy: callbacks.RetryPolicy = callbacks.DEFAULT_RETRY) -> None:
         self.pool = pool
         self.results = results
+        self.callback_policy = callback_policy
         self.records = results.load_all()  # finished tasks of earlier servers stay answerable
         self.runs: dict[str, TaskRun] = {}
+        self.deliveries: dict[str, asyncio.Task] = {}  # task id -> its callback being delivered
+        for record in self.records.values():
+            if record.result.callback is not None and record.result.callback.status == "pending":
+                self._send_callback(record)
 
     def submit(self, request: TaskRequest) -> TaskResult:
         run = self.runs.get(request.task_id)
         if run is not None and not run.runner.done():
             raise TaskConflict(f"task {request.task_id!r} is still running")
+        if request.task_id in self.deliveries:  # the earlier run's result is replaced: so is its callback
+            self.deliveries.pop(request.task_id).cancel()
         contexts = [SessionContext(session_id=new_session_id(), task=request, sample_index=n)
                     for n in range(request.num_samples)]
         result = TaskResult(task_id=request.task_id, status="running", session_ids=[c.session_id for c in contexts],
@@ -110,10 +121,16 @@ class RolloutManager:
         return self.task_result(task_id)
 
     async def close(self) -> None:
+        """Cancel running tasks and wait for them; a callback still being retried stays pending in its
+        record (the next server on this store resumes it)."""
         for run in self.runs.values():
             if not run.runner.done():
                 await self.cancel(run.record.request.task_id)
         await asyncio.gather(*(run.runner for run in self.runs.values()), return_exceptions=True)
+        deliveries = list(self.deliveries.values())
+        for delivery in deliveries:
+            delivery.cancel()
+        await asyncio.gather(*deliveries, return_exceptions=True)
 
     # -- one task ----------------------------------------------------------------------------------
 
@@ -123,10 +140,24 @@ class RolloutManager:
         result.status = "cancelled" if run.cancelled else _task_status(result.results)
         result.finished_at = datetime.now(UTC)
         result.results.sort(key=lambda r: result.session_ids.index(r.session_id))
+        if run.record.request.callback_url is not None:
+            result.callback = CallbackState()
         self.results.save(run.record)  # persisted before the callback, always
-        url = run.record.request.callback_url
-        if url is not None:
-            run.callback_delivered = await callbacks.deliver(str(url), result.model_dump(mode="json"))
+        if result.callback is not None:
+            self._send_callback(run.record)
+
+    def _send_callback(self, record: TaskRecord) -> None:
+        """Deliver in the background: the task is over (and answerable) while the receiver is retried."""
+        task_id = record.request.task_id
+        payload = record.result.model_dump(mode="json", exclude={"callback"})
+        self.deliveries[task_id] = asyncio.create_task(callbacks.deliver(
+            str(record.request.callback_url), payload, record.result.callback,
+            lambda: self.results.save(record), self.callback_policy), name=f"callback-{task_id}")
+        self.deliveries[task_id].add_done_callback(lambda done: self._delivered(task_id, done))
+
+    def _delivered(self, task_id: str, done: asyncio.Task) -> None:
+        if self.deliveries.get(task_id) is done:
+            del self.deliveries[task_id]
 
     async def _run_session(self, run: TaskRun, ctx: SessionContext) -> None:
         result = await self._dispatch(run, ctx)

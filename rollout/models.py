@@ -190,6 +190,16 @@ class SessionResult(_Strict):
     finished_at: datetime | None = None
 
 
+class CallbackState(_Strict):
+    """How the task's callback went, kept in its record: a restarted server still knows (and a pending
+    delivery resumes)."""
+
+    status: Literal["pending", "delivered", "failed"] = "pending"
+    attempts: int = 0
+    last_error: str | None = None
+    last_attempt_at: datetime | None = None
+
+
 class TaskResult(_Strict):
     task_id: str
     status: Literal["running", "completed", "failed", "cancelled"]
@@ -197,3 +207,4 @@ class TaskResult(_Strict):
     results: list[SessionResult] = Field(default_factory=list)
     submitted_at: datetime | None = None
     finished_at: datetime | None = None
+    callback: CallbackState | None = None  # None: no callback_url, or the task still runs

@@ -24,6 +24,7 @@ from fastapi.responses import FileResponse
 from pydantic import ValidationError
 from starlette.background import BackgroundTask
 from tracetap.builders.exports import ExportError, export
+from tracetap.rollout.callbacks import DEFAULT_RETRY, RetryPolicy
 from tracetap.rollout.manager import RolloutManager, TaskConflict, UnknownTask
 from tracetap.rollout.models import TaskRequest, TaskResult
 from tracetap.rollout.node_api import Node
@@ -36,14 +37,15 @@ MEDIA = {"parquet": "application/vnd.apache.parquet", "verl": "application/vnd.a
          "jsonl": "application/x-ndjson", "slime": "application/x-ndjson", "atif": "application/zip"}
 
 
-def create_app(store: Path, make_nodes: NodeFactory) -> FastAPI:
+def create_app(store: Path, make_nodes: NodeFactory, callback_policy: RetryPolicy = DEFAULT_RETRY) -> FastAPI:
     """`make_nodes` runs inside the server's event loop, so the nodes' asyncio state lives there."""
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         nodes = list(make_nodes())
         ids = await asyncio.gather(*(node.node_id() for node in nodes))
-        app.state.manager = RolloutManager(NodePool(dict(zip(ids, nodes, strict=True))), ResultStore(store))
+        app.state.manager = RolloutManager(NodePool(dict(zip(ids, nodes, strict=True))), ResultStore(store),
+                                           callback_policy)
         yield
         await app.state.manager.close()
         await asyncio.gather(*(node.shutdown() for node in nodes))

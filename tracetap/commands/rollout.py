@@ -107,25 +107,37 @@ def _show(result, as_json: bool) -> None:
     for r in result.results:
         click.echo(f"  {r.session_id}  {r.status:<10} reward={r.reward}  traces={r.traces}"
                    + (f"  {r.error}" if r.error else ""))
+    if result.callback is not None:
+        cb = result.callback
+        click.echo(f"callback: {cb.status} after {cb.attempts} attempt(s)"
+                   + (f", last at {cb.last_attempt_at:%Y-%m-%d %H:%M:%S}Z" if cb.last_attempt_at else "")
+                   + (f"; last error: {cb.last_error}" if cb.last_error else ""))
 
 
 @command.command()
+@click.argument("task_id", required=False)
 @server_option
 @click.option("--json", "as_json", is_flag=True)
-def status(server: str, as_json: bool) -> None:
-    """Nodes and their stage depths; running tasks."""
+def status(task_id: str | None, server: str, as_json: bool) -> None:
+    """Nodes and their stage depths, and running tasks; with TASK_ID, that task's result and callback."""
     from tracetap.rollout.client import RolloutError
 
     client = _client(server)
     try:
-        body = client.status()
+        body = client.task(task_id) if task_id else client.status()
     except RolloutError as exc:
         _fail(exc)
     finally:
         client.close()
-    if as_json:
+    if task_id:
+        _show(body, as_json)
+    elif as_json:
         click.echo(json.dumps(body))
-        return
+    else:
+        _show_nodes(body)
+
+
+def _show_nodes(body: dict) -> None:
     for node in body["nodes"]:
         click.echo(f"{node['node_id']}: init {node['init_queue_depth']}+{node['init_inflight']}  "
                    f"ready {node['ready_depth']}  run {node['run_inflight']}/{node['max_run_workers']}  "
