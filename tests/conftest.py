@@ -61,3 +61,11 @@ def gateway(tmp_path: Path):
 def stub_upstream():
     with live.StubUpstream() as stub:
         yield stub
+
+
+@pytest.fixture(scope="session")
+def docker_host() -> str:
+    """The Docker engine of the `docker` tier (see tests/docker_daemon.py)."""
+    from docker_daemon import docker_daemon
+
+    yield from docker_daemon()

@@ -17,12 +17,6 @@ ROOT = Path(__file__).resolve().parents[2]
 CACHE = images_dir()  # read at import: the images cache outlives a run (the session fixture moves TRACETAP_HOME)
 
 
-@pytest.fixture(scope="module")
-def docker_host() -> str:
-    started = subprocess.run([str(ROOT / "scripts/dockerd.sh"), "start"], capture_output=True, text=True, check=True)
-    return started.stdout.strip().splitlines()[-1].split("=", 1)[1]
-
-
 def image_build(docker_host: str, *args: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "DOCKER_HOST": docker_host, "TRACETAP_IMAGES_DIR": str(CACHE)}
     return subprocess.run([sys.executable, "-m", "tracetap.cli", "image", "build", *args], env=env,

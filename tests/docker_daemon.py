@@ -1,0 +1,41 @@
+"""The shared Docker engine for the `docker` tier: a running daemon is used, else `scripts/dockerd.sh` starts one.
+
+Whatever this module starts it stops at the end of the run (by the script's pid file); a daemon that was
+already answering is left alone.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "dockerd.sh"
+DEFAULT_SOCKET = "unix:///run/tracetap-docker/docker.sock"
+
+
+def _answers(host: str) -> bool:
+    probe = subprocess.run(["curl", "-sf", "--max-time", "5", "--unix-socket", host.removeprefix("unix://"),
+                            "http://localhost/_ping"], capture_output=True)
+    return probe.returncode == 0
+
+
+def docker_daemon() -> Iterator[str]:
+    """Yield a DOCKER_HOST that answers (set in os.environ for the run)."""
+    host = os.environ.get("DOCKER_HOST", DEFAULT_SOCKET)
+    started = not _answers(host)
+    if started:
+        run = subprocess.run([str(SCRIPT), "start"], capture_output=True, text=True, timeout=600, check=True)
+        host = run.stdout.strip().splitlines()[-1].split("=", 1)[1]
+    saved = os.environ.get("DOCKER_HOST")
+    os.environ["DOCKER_HOST"] = host
+    try:
+        yield host
+    finally:
+        if saved is None:
+            os.environ.pop("DOCKER_HOST", None)
+        else:
+            os.environ["DOCKER_HOST"] = saved
+        if started:
+            subprocess.run([str(SCRIPT), "stop"], capture_output=True, timeout=120)
