@@ -9,9 +9,13 @@ if [ ! -x /usr/bin/chromium ] && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/
     export DEBIAN_FRONTEND=noninteractive
     apt-get install -y -q chromium >/dev/null 2>&1 || { apt-get update -q >/dev/null && apt-get install -y -q chromium >/dev/null; }
 fi
+# The docker tier builds its images from a debootstrap rootfs.
+if ! command -v debootstrap >/dev/null && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    apt-get install -y -q debootstrap >/dev/null 2>&1 || { apt-get update -q >/dev/null && apt-get install -y -q debootstrap >/dev/null; }
+fi
 "$VENV/bin/ruff" check .
 "$VENV/bin/python" -m pytest -q "$@"
 "$VENV/bin/python" -m pytest -q -m fuzz tests/capture
 "$VENV/bin/python" -m pytest -q -m soak tests/capture/test_gateway_soak.py
 "$VENV/bin/python" -m pytest -q -m harness tests/harness
-"$VENV/bin/python" -m pytest -q -m docker tests/images
+"$VENV/bin/python" -m pytest -q -m docker tests/images tests/rollout/test_docker_runtime.py

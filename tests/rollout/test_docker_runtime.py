@@ -3,18 +3,37 @@
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
+import subprocess
+import sys
+import textwrap
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import docker
 import pytest
+from tracetap.rollout.images.base import images_dir
+from tracetap.rollout.images.rootfs import ensure_rootfs
 from tracetap.rollout.models import RuntimeSpec
 from tracetap.rollout.runtimes import NodeRuntimes
 from tracetap.rollout.runtimes.base import RuntimeUnavailable
 
 pytestmark = pytest.mark.docker
-IMAGE = "tracetap-test/python:bookworm"  # debootstrap minbase + python3, built by the image tests' cache
 SID = "sk-tap-docker-1"
 LIST_SLEEPS = r"for p in /proc/[0-9]*; do tr '\0' ' ' <$p/cmdline; echo; done | grep -c '^sleep 300' || true"
+
+
+@pytest.fixture(scope="module", autouse=True)
+def image(docker_host: str) -> str:
+    """The debootstrap minbase image `tracetap image build` starts from (cached across runs)."""
+    global IMAGE
+    client = docker.from_env()
+    try:
+        IMAGE = ensure_rootfs(client, images_dir(), lambda line: None)
+    finally:
+        client.close()
+    return IMAGE
 
 
 def containers(node_id: str) -> list:
@@ -25,15 +44,15 @@ def containers(node_id: str) -> list:
         client.close()
 
 
-async def session(tmp_path: Path, node_id: str, scenario, **spec):
+async def session(tmp_path: Path, node_id: str, scenario, gateway: str = "http://127.0.0.1:9/", **spec):
     node = NodeRuntimes(node_id, tmp_path)
-    await node.start("http://127.0.0.1:9/")
+    await node.start(gateway)
     try:
-        runtime, _ = await node.create(RuntimeSpec(backend="docker", image=IMAGE, network="host", **spec),
-                                       SID, "task-1")
+        spec.setdefault("network", "host")
+        runtime, url = await node.create(RuntimeSpec(backend="docker", image=IMAGE, **spec), SID, "task-1")
         await runtime.start()
         try:
-            return await scenario(runtime)
+            return await scenario(runtime, url) if spec["network"] == "gateway" else await scenario(runtime)
         finally:
             await runtime.teardown()
     finally:
@@ -96,3 +115,83 @@ def test_missing_image_is_a_clear_error(docker_host: str, tmp_path: Path) -> Non
 
     with pytest.raises(RuntimeUnavailable, match="tracetap-none:nope"):
         asyncio.run(scenario())
+
+
+async def greeter(host: str, word: bytes) -> asyncio.Server:
+    async def answer(reader, writer):
+        writer.write(word)
+        await writer.drain()
+        writer.close()
+
+    return await asyncio.start_server(answer, host, 0)
+
+
+def fetch(host: str, port: int) -> str:
+    return f"timeout 3 bash -c 'exec 3<>/dev/tcp/{host}/{port}; cat <&3' || echo unreachable"
+
+
+def test_gateway_network_reaches_only_the_gateway(docker_host: str, tmp_path: Path) -> None:
+    async def scenario(runtime, url):
+        link = urlsplit(url)
+        probes = [fetch(link.hostname, link.port), fetch(link.hostname, other), fetch("127.0.0.1", other)]
+        outputs = []
+        for number, probe in enumerate(probes):
+            outputs.append((await runtime.exec(probe, env={}, log_name=f"p{number}")).stdout_path.read_text())
+        routes = (await runtime.exec("tail -n +2 /proc/net/route", env={}, log_name="routes")).stdout_path
+        return link.hostname, outputs, routes.read_text().splitlines()
+
+    async def main():
+        gateway, stranger = await greeter("127.0.0.1", b"gateway"), await greeter("0.0.0.0", b"stranger")
+        nonlocal other
+        other = stranger.sockets[0].getsockname()[1]
+        port = gateway.sockets[0].getsockname()[1]
+        try:
+            return await session(tmp_path, "node-net", scenario, f"http://127.0.0.1:{port}/v1", network="gateway")
+        finally:
+            gateway.close()
+            stranger.close()
+
+    other = 0
+    link_ip, outputs, routes = asyncio.run(main())
+    assert outputs[0].strip() == "gateway"
+    assert outputs[1].strip() == outputs[2].strip() == "unreachable"
+    assert len(routes) == 1  # one route, to the link address, no default
+    destination = routes[0].split()[1]
+    assert ".".join(str(int(destination[i:i + 2], 16)) for i in (6, 4, 2, 0)) == link_ip
+
+
+CRASHING_NODE = textwrap.dedent("""
+    import asyncio, sys
+    from tracetap.rollout.models import RuntimeSpec
+    from tracetap.rollout.runtimes import NodeRuntimes
+
+    async def main():
+        node = NodeRuntimes("node-crash", sys.argv[1])
+        await node.start("http://127.0.0.1:9/")
+        runtime, _ = await node.create(RuntimeSpec(backend="docker", image=sys.argv[2], network="host"),
+                                       "sk-tap-crash-1", "t")
+        await runtime.start()
+        print("ready", flush=True)
+        await asyncio.sleep(600)
+
+    asyncio.run(main())
+""")
+
+
+def test_a_new_node_sweeps_what_a_killed_node_left(docker_host: str, tmp_path: Path) -> None:
+    child = subprocess.Popen([sys.executable, "-c", CRASHING_NODE, str(tmp_path), IMAGE], stdout=subprocess.PIPE,
+                             text=True)
+    try:
+        assert child.stdout.readline().strip() == "ready"
+    finally:
+        os.kill(child.pid, signal.SIGKILL)
+        child.wait(timeout=30)
+    assert len(containers("node-crash")) == 1
+
+    async def restart():
+        node = NodeRuntimes("node-crash", tmp_path)
+        await node.start("http://127.0.0.1:9/")
+        await node.close()
+
+    asyncio.run(restart())
+    assert containers("node-crash") == []
