@@ -210,7 +210,7 @@ class GatewayNode:
         run.harness_ctx = HarnessContext(
             session_id=run.session_id, task_id=task.task_id, instruction=task.instruction,
             gateway_url=gateway_url, layout=run.runtime.layout, model_name=task.agent.model_name,
-            settings=task.agent.settings)
+            settings=task.agent.settings, contained=task.runtime.backend != "local")
         await self.gateway.register(run.session_id, task.task_id, task.agent.harness, self._metadata(run))
         run.registered = True
         for number, action in enumerate(task.runtime.prepare):

@@ -25,6 +25,7 @@ class HarnessContext:
     layout: SessionLayout
     model_name: str | None = None
     settings: Mapping[str, Any] = field(default_factory=dict)
+    contained: bool = False       # the runtime is a container: CLIs are on the image's PATH, not this host's
 
 
 @dataclass(frozen=True)

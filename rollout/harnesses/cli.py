@@ -61,14 +61,14 @@ class CliHarness(ABC):
     def prompt_args(self, instruction: str) -> list[str]:
         return ["--", instruction]
 
-    def executable(self) -> str:
-        """The npm prefix's binary when this host has it (the local runtime), else the bare command."""
-        found = find_binary(self)
+    def executable(self, ctx: HarnessContext) -> str:
+        """The npm prefix's binary when the CLI runs on this host and has it, else the bare command (PATH)."""
+        found = None if ctx.contained else find_binary(self)
         return str(found) if found else self.binary
 
     def run_steps(self, ctx: HarnessContext) -> list[Step]:
         settings = self.settings(ctx)
-        argv = [self.executable(), *self.flags(ctx, settings), *settings.extra_flags,
+        argv = [self.executable(ctx), *self.flags(ctx, settings), *settings.extra_flags,
                 *self.prompt_args(ctx.instruction)]
         command = (f'set -o pipefail; mkdir -p "$TMPDIR"; {shlex.join(argv)} </dev/null 2>&1 '
                    f'| tee "$AGENT_LOG_DIR/{self.log_file}"')

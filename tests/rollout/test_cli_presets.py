@@ -7,6 +7,7 @@ The real CLIs run in tests/rollout/test_cli_sessions.py (pi, claude_code) and th
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import os
 import shlex
@@ -206,3 +207,11 @@ def test_demo_without_the_cli_says_how_to_install_it(tmp_path):
     assert done.returncode == 1
     assert "`gemini` is not installed" in done.stderr and "@google/gemini-cli" in done.stderr
     assert (out / "keep.txt").read_text() == "untouched"  # checked before the folder is replaced
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_in_a_container_the_cli_is_the_images_command(name, tmp_path):
+    """Host npm paths mean nothing inside a container: the image puts each CLI on PATH."""
+    preset = CLI_HARNESSES[name]
+    (step,) = preset.run_steps(dataclasses.replace(context(tmp_path), contained=True))
+    assert shlex.split(step.command.split(";")[2].split(" </dev/null")[0])[0] == preset.binary
