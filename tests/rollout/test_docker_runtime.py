@@ -15,7 +15,8 @@ import docker
 import pytest
 from tracetap.rollout.images.base import images_dir
 from tracetap.rollout.images.rootfs import ensure_rootfs
-from tracetap.rollout.models import RuntimeSpec
+from tracetap.rollout.models import RuntimeSpec, SessionContext, SessionStatus, TaskRequest, new_session_id
+from tracetap.rollout.node import GatewayNode, NodeConfig
 from tracetap.rollout.runtimes import NodeRuntimes
 from tracetap.rollout.runtimes.base import RuntimeUnavailable
 
@@ -195,3 +196,20 @@ def test_a_new_node_sweeps_what_a_killed_node_left(docker_host: str, tmp_path: P
 
     asyncio.run(restart())
     assert containers("node-crash") == []
+
+
+def test_a_hanging_harness_is_killed_at_the_budget_and_its_container_removed(gw, tmp_path: Path) -> None:
+    task = TaskRequest.model_validate({"task_id": "docker-hang", "instruction": "x", "timeout_seconds": 3,
+                                       "agent": {"harness": "shell", "settings": {"command": "sleep 300"}},
+                                       "runtime": {"backend": "docker", "image": IMAGE}})
+    node = GatewayNode(NodeConfig(store=gw.store, sessions_root=tmp_path, gateway_url=gw.url, node_id="node-hang"))
+
+    async def scenario():
+        try:
+            return await node.run_session(SessionContext(session_id=new_session_id(), task=task))
+        finally:
+            await node.shutdown()
+
+    result = asyncio.run(scenario())
+    assert result.status == SessionStatus.TIMEOUT, result.error
+    assert containers("node-hang") == []
