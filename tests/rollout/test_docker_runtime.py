@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -172,7 +173,7 @@ CRASHING_NODE = textwrap.dedent("""
         runtime, _ = await node.create(RuntimeSpec(backend="docker", image=sys.argv[2], network="host"),
                                        "sk-tap-crash-1", "t")
         await runtime.start()
-        print("ready", flush=True)
+        open(sys.argv[3], "w").close()
         await asyncio.sleep(600)
 
     asyncio.run(main())
@@ -180,17 +181,20 @@ CRASHING_NODE = textwrap.dedent("""
 
 
 def test_a_new_node_sweeps_what_a_killed_node_left(docker_host: str, tmp_path: Path) -> None:
-    child = subprocess.Popen([sys.executable, "-c", CRASHING_NODE, str(tmp_path), IMAGE], stdout=subprocess.PIPE,
-                             text=True)
+    ready = tmp_path / "ready"
+    child = subprocess.Popen([sys.executable, "-c", CRASHING_NODE, str(tmp_path / "node"), IMAGE, str(ready)])
     try:
-        assert child.stdout.readline().strip() == "ready"
+        deadline = time.monotonic() + 120
+        while not ready.exists() and child.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert ready.exists(), f"the node never started its container (exit {child.poll()})"
     finally:
         os.kill(child.pid, signal.SIGKILL)
         child.wait(timeout=30)
     assert len(containers("node-crash")) == 1
 
     async def restart():
-        node = NodeRuntimes("node-crash", tmp_path)
+        node = NodeRuntimes("node-crash", tmp_path / "node")
         await node.start("http://127.0.0.1:9/")
         await node.close()
 
