@@ -100,6 +100,10 @@ class GatewayNode:
     async def run_session(self, session: SessionContext) -> SessionResult:
         """Queue the session and return its result once it has ended. Cancelling this await does not end
         the session (use `cancel`): a caller that went away must not leave half-torn-down processes."""
+        run = await self._queue(session)
+        return await asyncio.shield(run.done)
+
+    async def _queue(self, session: SessionContext) -> SessionRun:
         sid = validate_session_id(session.session_id)
         await self.start()
         if sid in self._seen:
@@ -109,7 +113,7 @@ class GatewayNode:
         run.mark("queued")
         self._live[sid] = run
         self._init_queue.put_nowait(run)
-        return await asyncio.shield(run.done)
+        return run
 
     async def cancel(self, session_id: str) -> bool:
         run = self._live.get(session_id)

@@ -58,4 +58,8 @@ class SessionNotStarted(RuntimeError):
     """The node was lost before the session's INIT began: the server sends it to another node."""
 
 
+class NodeLost(RuntimeError):
+    """The node is gone (its Ray actor died or stopped answering): it takes no more sessions."""
+
+
 NODE_LOST = "node_lost"  # SessionResult.error of a session whose node died while it ran

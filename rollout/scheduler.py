@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 from collections import Counter
 
-from tracetap.rollout.node_api import Node, NodeStats
+from tracetap.rollout.node_api import Node, NodeLost, NodeStats
 
 
 def pressure(stats: NodeStats, reserved: int) -> tuple:
@@ -61,13 +61,14 @@ class NodePool:
             self._changed.notify_all()
 
     async def stats(self) -> list[NodeStats]:
-        return [stats for stats in await self._all_stats() if stats is not None]
+        return [stats for stats in (await self._all_stats()).values() if stats is not None]
 
     async def _choose(self) -> str | None:
+        answers = await self._all_stats()
         if not self.nodes:
             raise NoNodes("no gateway node is left to run sessions")
         candidates = []
-        for node_id, stats in zip(self.nodes, await self._all_stats(), strict=True):
+        for node_id, stats in answers.items():
             if stats is None:
                 continue
             reserved = max(0, self.held[node_id] - stats.total_sessions)
@@ -75,9 +76,15 @@ class NodePool:
                 candidates.append((pressure(stats, reserved), node_id))
         return min(candidates)[1] if candidates else None
 
-    async def _all_stats(self) -> list[NodeStats | None]:
-        found = await asyncio.gather(*(node.stats() for node in self.nodes.values()), return_exceptions=True)
-        return [s if isinstance(s, NodeStats) else None for s in found]
+    async def _all_stats(self) -> dict[str, NodeStats | None]:
+        """Each node's stats, None when it failed to answer; a node found lost leaves the pool."""
+        ids = list(self.nodes)
+        found = await asyncio.gather(*(self.nodes[i].stats() for i in ids), return_exceptions=True)
+        for node_id, answer in zip(ids, found, strict=True):
+            if isinstance(answer, NodeLost):
+                self.nodes.pop(node_id, None)
+        return {node_id: answer if isinstance(answer, NodeStats) else None
+                for node_id, answer in zip(ids, found, strict=True) if node_id in self.nodes}
 
 
 class NoNodes(RuntimeError):

@@ -57,6 +57,7 @@ class SessionRun:
     verdict: SessionStatus = SessionStatus.COMPLETED  # what RUN leaves POSTRUN: COMPLETED, TIMEOUT or ERROR
     error: str | None = None
     work: asyncio.Task | None = None  # the stage work being executed, cancelled by a cancel
+    began: asyncio.Event = field(default_factory=asyncio.Event)  # set when it leaves the queue (INIT starts)
     holds_ready_slot: bool = False
     traces: int = 0
     prompt_tokens: int = 0
@@ -76,6 +77,7 @@ class SessionRun:
 
     def enter(self, stage: Stage, status: SessionStatus, event: str) -> None:
         self.stage, self.status = stage, status
+        self.began.set()
         self.mark(event)
 
     def remaining(self) -> float:

@@ -3,7 +3,9 @@
 `<sessions_root>/<session_id>/` holds `home/` (HOME of every process), `workspace/` (the default working
 directory), `artifacts/` and `logs/` (with `logs/agent/`). The directory stays after teardown: its logs
 are what a SessionResult points at. A command sees the env it is given on top of a few host basics
-(PATH, locale, terminal), never the rest of the host's environment (credentials included).
+(PATH, locale, terminal), never the rest of the host's environment (credentials included). Every
+process group started is listed in `process-groups.jsonl` there, so that another process can end the
+groups if this one dies (a node's Ray actor killed mid-run).
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from pathlib import Path
 
 from tracetap.rollout.models import RuntimeSpec
 from tracetap.rollout.runtimes.base import ExecResult, SessionLayout
-from tracetap.rollout.runtimes.processes import end_group
+from tracetap.rollout.runtimes.processes import GROUPS_FILE, end_group, record_group
 from tracetap.store.paths import validate_session_id
 
 HOST_BASICS = ("PATH", "LANG", "LC_ALL", "LC_CTYPE", "TERM", "TZ", "USER", "LOGNAME", "SHELL", "TMPDIR")
@@ -89,6 +91,7 @@ class LocalRuntime:
                 "bash", "-lc", login_command(command, full_env.get("PATH")), cwd=cwd or self.workdir,
                 env=full_env, stdin=asyncio.subprocess.DEVNULL, stdout=out, stderr=err, start_new_session=True)
         self.groups.add(process.pid)
+        record_group(self.session_dir / GROUPS_FILE, process.pid)
         return process
 
     def _env(self, env: Mapping[str, str]) -> dict[str, str]:

@@ -3,17 +3,24 @@
 A runtime starts every command as the leader of a new session, so the group id is the leader's pid and
 everything the command spawns (unless it calls setsid itself) stays in that group. Groups are found and
 signalled by that id, never by process name. Zombies count as ended: they run nothing.
+
+A runtime also records each group it starts (`record_group`) in its session directory, so a process
+other than the one that started them (the rollout server, when a node's Ray actor died) can end the
+groups left behind (`end_recorded_groups`), after checking that each is still the one recorded.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import signal
 from pathlib import Path
 
 POLL_SECONDS = 0.05
 KILL_WAIT_SECONDS = 2.0  # SIGKILL cannot be caught; this only covers the kernel's reaping
+GROUPS_FILE = "process-groups.jsonl"  # in a session directory: one line per process group started
+BOOT_ID = Path("/proc/sys/kernel/random/boot_id")
 
 
 def _stat_fields(stat_path: Path) -> list[str] | None:
@@ -66,3 +73,36 @@ async def end_group(pgid: int, grace: float) -> None:
     if not await _emptied(pgid, grace):
         _signal_group(pgid, signal.SIGKILL)
         await _emptied(pgid, KILL_WAIT_SECONDS)
+
+
+def _start_ticks(pid: int) -> int | None:
+    """When `pid` started, in clock ticks since boot (field 22 of /proc/<pid>/stat); None once it is gone."""
+    fields = _stat_fields(Path(f"/proc/{pid}/stat"))
+    return int(fields[19]) if fields else None
+
+
+def record_group(groups_file: Path, pgid: int) -> None:
+    """Append the group led by `pgid` (just started) with what identifies it: its leader's start and the boot."""
+    line = {"pgid": pgid, "start": _start_ticks(pgid), "boot": BOOT_ID.read_text().strip()}
+    with open(groups_file, "a") as out:
+        out.write(json.dumps(line) + "\n")
+
+
+def _still_recorded(record: dict) -> bool:
+    """The group is the one recorded: same machine and boot, and its leader (when alive) the same process.
+    A group outlives its leader, and while it has members its id cannot be taken by a new process."""
+    if record["boot"] != BOOT_ID.read_text().strip():
+        return False
+    start = _start_ticks(record["pgid"])
+    return start is None or start == record["start"]
+
+
+async def end_recorded_groups(groups_file: Path, grace: float) -> int:
+    """End the groups listed in `groups_file` that are still the ones recorded; returns how many had members."""
+    try:
+        records = [json.loads(line) for line in groups_file.read_text().splitlines() if line.strip()]
+    except FileNotFoundError:
+        return 0
+    alive = [r["pgid"] for r in records if _still_recorded(r) and group_members(r["pgid"])]
+    await asyncio.gather(*(end_group(pgid, grace) for pgid in alive))
+    return len(alive)

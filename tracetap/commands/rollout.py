@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import signal
 import threading
 from collections import Counter
 from collections.abc import Callable
@@ -28,7 +29,9 @@ def command() -> None:
 @click.option("--script", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
               help="Scripted mode for the embedded engine (JSONL of assistant messages per session).")
 @click.option("--nodes", type=click.IntRange(1, 64), default=1, show_default=True)
-@click.option("--ray", "ray_address", default=None, metavar="ADDR", help="Run the nodes as Ray actors.")
+@click.option("--ray", "ray_address", default=None, metavar="ADDR",
+              help="Run each node as a Ray actor: 'local' starts a private cluster, or a cluster address "
+                   "('auto', HOST:PORT, ray://...).")
 @click.option("--init-workers", type=click.IntRange(min=1), default=2, show_default=True)
 @click.option("--run-workers", type=click.IntRange(min=1), default=2, show_default=True)
 @click.option("--postrun-workers", type=click.IntRange(min=1), default=1, show_default=True)
@@ -39,17 +42,22 @@ def serve(store: Path, upstream: str, script: Path | None, nodes: int, ray_addre
     """Serve the rollout API until Ctrl-C (running tasks are cancelled on exit)."""
     from tracetap.rollout.serve import LOCAL, ServeConfig, rollout_server
 
-    if ray_address is not None:
-        raise click.UsageError("--ray is not available yet: nodes run in the server's process for now")
     if script is not None and upstream != LOCAL:
         raise click.UsageError("--script drives the embedded engine; it cannot be combined with --upstream URL")
-    config = ServeConfig(store, upstream, script, nodes, init_workers, run_workers, postrun_workers)
+    config = ServeConfig(store, upstream, script, nodes, init_workers, run_workers, postrun_workers,
+                         ray=ray_address)
+    where = f"Ray actors on {ray_address}" if ray_address else "in-process"
     with rollout_server(config, *listen) as server:
-        click.echo(f"rollout server on {server.url} ({nodes} node(s), store {store}); Ctrl-C stops it")
+        signal.signal(signal.SIGTERM, _interrupt)  # after Ray's own handler: stop as on Ctrl-C
+        click.echo(f"rollout server on {server.url} ({nodes} node(s), {where}, store {store}); Ctrl-C stops it")
         try:
             threading.Event().wait()
         except KeyboardInterrupt:
             click.echo("stopping")
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
 
 
 def _client(server: str):
