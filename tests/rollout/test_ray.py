@@ -84,9 +84,9 @@ def test_eight_sessions_run_on_both_actors_with_rewards(cluster, gw, tmp_path):
 
 
 def busy(client: httpx.Client) -> str | None:
-    """A node with one session running, one waiting in INIT for a READY slot and two queued."""
+    """A node that is full: one session running, one READY, one in INIT waiting for a READY slot, one queued."""
     for node in client.get("/status").json()["nodes"]:
-        if (node["run_inflight"], node["init_inflight"], node["init_queue_depth"]) == (1, 1, 2):
+        if (node["run_inflight"], node["ready_depth"], node["init_inflight"], node["init_queue_depth"]) == (1, 1, 1, 1):
             return node["node_id"]
     return None
 
@@ -123,7 +123,7 @@ def test_a_killed_actor_loses_its_running_sessions_and_its_queued_ones_run_elsew
     assert len(results) == 8 and done["status"] == "completed"
     started = {sid for sid, status in held.items() if status != "REGISTERED"}
     queued = set(held) - started
-    assert len(started) == 2 and len(queued) == 2, held
+    assert len(started) == 3 and len(queued) == 1, held
     for sid in started:
         assert results[sid]["status"] == "ERROR" and results[sid]["error"].startswith("node_lost"), results[sid]
     survivor = next(n.id for n in nodes if n is not victim)
