@@ -40,6 +40,10 @@ RESULT_SLACK_SECONDS = 120.0  # past budget + POSTRUN grace, a result that has n
 OBJECT_STORE_BYTES = 128 * 1024 * 1024  # the nodes pass small messages only
 
 
+class RayUnavailable(RuntimeError):
+    """No Ray cluster could be reached at the address given."""
+
+
 class NodeActor(GatewayNode):
     """The GatewayNode, plus the two-phase entry the proxy needs; run as a Ray actor by `RayNode`."""
 
@@ -182,7 +186,10 @@ def ray_cluster(address: str, cpus: int) -> Iterator[None]:
     """Connect to the Ray cluster at `address` (`auto`, `HOST:PORT`, `ray://...`), or for `local` start a
     private one on 127.0.0.1 with `cpus` CPUs; disconnect on exit, which also stops a cluster started here."""
     if address != LOCAL:
-        ray.init(address=address)
+        try:
+            ray.init(address=address)
+        except ConnectionError as exc:  # `auto` with no cluster running here
+            raise RayUnavailable(f"no Ray cluster at {address!r}: {exc}") from None
     else:
         os.environ.setdefault("RAY_AUTH_MODE", "disabled")  # no token file in ~/.ray; it listens on loopback
         ray.init(num_cpus=cpus, num_gpus=0, include_dashboard=False, _node_ip_address="127.0.0.1",

@@ -2,17 +2,22 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import signal
 import threading
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
 from tracetap.common import listen_address
 from tracetap.rollout.client import DEFAULT_SERVER
+
+if TYPE_CHECKING:
+    from tracetap.rollout.serve import ServeConfig
 
 server_option = click.option("--server", default=DEFAULT_SERVER, show_default=True, help="Rollout server URL.")
 
@@ -40,16 +45,33 @@ def command() -> None:
 def serve(store: Path, upstream: str, script: Path | None, nodes: int, ray_address: str | None,
           init_workers: int, run_workers: int, postrun_workers: int, listen: tuple[str, int]) -> None:
     """Serve the rollout API until Ctrl-C (running tasks are cancelled on exit)."""
-    from tracetap.rollout.serve import LOCAL, ServeConfig, rollout_server
+    from tracetap.rollout.serve import LOCAL, ServeConfig
 
     if script is not None and upstream != LOCAL:
         raise click.UsageError("--script drives the embedded engine; it cannot be combined with --upstream URL")
+    unreachable: tuple[type[Exception], ...] = ()  # what a --ray address no cluster answers at raises
+    if ray_address is not None:
+        if importlib.util.find_spec("ray") is None:
+            raise click.UsageError("--ray needs Ray: pip install 'tracetap[ray]'")
+        from tracetap.rollout.ray_nodes import RayUnavailable
+
+        unreachable = (RayUnavailable,)
     config = ServeConfig(store, upstream, script, nodes, init_workers, run_workers, postrun_workers,
                          ray=ray_address)
-    where = f"Ray actors on {ray_address}" if ray_address else "in-process"
+    try:
+        _serve(config, listen)
+    except unreachable as exc:
+        _fail(exc)
+
+
+def _serve(config: ServeConfig, listen: tuple[str, int]) -> None:
+    from tracetap.rollout.serve import rollout_server
+
+    where = f"Ray actors on {config.ray}" if config.ray else "in-process"
     with rollout_server(config, *listen) as server:
         signal.signal(signal.SIGTERM, _interrupt)  # after Ray's own handler: stop as on Ctrl-C
-        click.echo(f"rollout server on {server.url} ({nodes} node(s), {where}, store {store}); Ctrl-C stops it")
+        click.echo(f"rollout server on {server.url} ({config.nodes} node(s), {where}, store {config.store}); "
+                   "Ctrl-C stops it")
         try:
             threading.Event().wait()
         except KeyboardInterrupt:
