@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import os
+import subprocess
 import time
 from pathlib import Path
 
@@ -11,7 +13,7 @@ import pytest
 from tracetap.rollout.models import RuntimeSpec
 from tracetap.rollout.runtimes import RuntimeUnavailable, create_runtime
 from tracetap.rollout.runtimes.local import LocalRuntime
-from tracetap.rollout.runtimes.processes import is_alive
+from tracetap.rollout.runtimes.processes import GROUPS_FILE, end_recorded_groups, is_alive
 from tracetap.store import InvalidSessionId
 
 SID = "sk-tap-runtime-1"
@@ -43,7 +45,7 @@ def test_layout_and_logs(tmp_path: Path) -> None:
 
     runtime, result = run(scenario())
     session = tmp_path.resolve() / SID
-    assert {p.name for p in session.iterdir()} == {"home", "workspace", "artifacts", "logs"}
+    assert {p.name for p in session.iterdir()} == {"home", "workspace", "artifacts", "logs", GROUPS_FILE}
     assert (session / "logs" / "agent").is_dir()
     assert result.returncode == 3 and not result.timed_out
     assert result.stdout_path == session / "logs" / "agent" / "step.stdout.log"
@@ -103,6 +105,25 @@ def test_teardown_ends_background_processes_that_ignore_sigterm(tmp_path: Path) 
 
     pid, alive_before = run(scenario())
     assert alive_before and not is_alive(pid)
+
+
+def test_recorded_groups_are_ended_by_another_caller_only_while_they_are_the_ones_recorded(tmp_path: Path) -> None:
+    pid_file = tmp_path / "child.pid"
+    runtime = run(started(tmp_path))
+    # the leader exits at once; its background child stays in the group (a runtime whose node died)
+    run(runtime.exec(f"sleep 300 & echo $! > {pid_file}", env={}, log_name="bg"))
+    child = int(wait_for_file(pid_file))
+    groups_file = runtime.session_dir / GROUPS_FILE
+    stranger = subprocess.Popen(["sleep", "300"], start_new_session=True)
+    try:  # a live group under a recorded id but started at another time: a reused pid, not the session's
+        record = {**json.loads(groups_file.read_text()), "pgid": stranger.pid, "start": 1}
+        with open(groups_file, "a") as out:
+            out.write(json.dumps(record) + "\n")
+        assert run(end_recorded_groups(groups_file, 0.3)) == 1
+        assert not is_alive(child) and stranger.poll() is None
+    finally:
+        stranger.kill()
+        stranger.wait()
 
 
 def test_cancelled_exec_ends_its_group(tmp_path: Path) -> None:
