@@ -13,11 +13,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tracetap.rollout.node import GatewayNode, NodeConfig
+from tracetap.rollout.node_api import Node
 from tracetap.rollout.server import BackgroundServer, create_app
 
 from tracetap.launch import start_gateway
 
 LOCAL = "local"
+STARTUP_SECONDS = 240.0  # the server's startup makes the nodes: Ray actors start their worker processes then
 
 
 @dataclass(frozen=True)
@@ -47,10 +49,10 @@ def node_configs(config: ServeConfig, gateway_url: str) -> list[NodeConfig]:
 def node_factory(config: ServeConfig, gateway_url: str):
     """The nodes, made inside the server's event loop: in-process, or one Ray actor each (spread over
     the cluster's machines, one CPU each)."""
-    def make() -> list[GatewayNode]:
+    def make() -> list[Node]:
         return [GatewayNode(node) for node in node_configs(config, gateway_url)]
 
-    def make_actors() -> list:
+    def make_actors() -> list[Node]:
         from tracetap.rollout.ray_nodes import RayNode
 
         return [RayNode(node, num_cpus=1, scheduling_strategy="SPREAD") for node in node_configs(config, gateway_url)]
@@ -68,6 +70,6 @@ def rollout_server(config: ServeConfig, host: str = "127.0.0.1", port: int = 0) 
             stack.enter_context(ray_cluster(config.ray, config.nodes))
         gateway = stack.enter_context(start_gateway(Path(config.store), *config.gateway_flags()))
         server = BackgroundServer(create_app(Path(config.store), node_factory(config, gateway.url)), host, port)
-        server.start()
+        server.start(STARTUP_SECONDS)
         stack.callback(server.stop)
         yield server
