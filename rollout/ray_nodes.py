@@ -27,7 +27,7 @@ from tracetap.rollout.models import SessionContext, SessionResult, SessionStatus
 from tracetap.rollout.node import GatewayNode, NodeConfig
 from tracetap.rollout.node_api import NodeLost, NodeStats, SessionNotStarted
 from tracetap.rollout.runtimes.local import KILL_GRACE_SECONDS
-from tracetap.rollout.runtimes.processes import GROUPS_FILE, end_recorded_groups
+from tracetap.rollout.runtimes.processes import GROUPS_FILE, POLL_SECONDS, end_recorded_groups, is_alive
 
 logger = logging.getLogger("tracetap.rollout.ray_nodes")
 
@@ -82,11 +82,12 @@ class RayNode:
         self.sessions_root = config.sessions_root or config.store.parent / "sessions"
         self.actor = RemoteNodeActor.options(**options).remote(config)
         self.lost: str | None = None
+        self.worker: tuple[str, int] | None = None  # the actor's machine and process, once it answered
         self._open: set[str] = set()  # sessions handed to the actor whose result has not come back
         self._reaping: asyncio.Future | None = None
 
     async def node_id(self) -> str:
-        host, pid = await self._call(self.actor.where.remote(), START_SECONDS)
+        self.worker = host, pid = await self._call(self.actor.where.remote(), START_SECONDS)
         logger.info("node %s runs on %s, pid %d", self.id, host, pid)
         return self.id
 
@@ -170,10 +171,23 @@ class RayNode:
         return NodeLost(self.lost)
 
     async def _reap(self, session_ids: list[str]) -> None:
+        await self._worker_gone()
         ended = await asyncio.gather(*(end_recorded_groups(self.sessions_root / sid / GROUPS_FILE, KILL_GRACE_SECONDS)
                                        for sid in session_ids))
         if sum(ended):
             logger.warning("node %s: ended %d process groups of its sessions", self.id, sum(ended))
+
+
+    async def _worker_gone(self) -> None:
+        """Wait (bounded) for a killed actor's process on this machine to exit: Ray reports an actor dead
+        before its process is, and the process must not start a harness after the groups are ended."""
+        if self.worker is None or self.worker[0] != socket.gethostname():
+            return
+        deadline = asyncio.get_running_loop().time() + PING_SECONDS
+        while is_alive(self.worker[1]) and asyncio.get_running_loop().time() < deadline:
+            await asyncio.sleep(POLL_SECONDS)
+        if is_alive(self.worker[1]):
+            logger.warning("node %s: its worker process %d is still alive", self.id, self.worker[1])
 
 
 def _result_bound(session: SessionContext, config: NodeConfig) -> float:

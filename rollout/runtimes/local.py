@@ -4,8 +4,8 @@
 directory), `artifacts/` and `logs/` (with `logs/agent/`). The directory stays after teardown: its logs
 are what a SessionResult points at. A command sees the env it is given on top of a few host basics
 (PATH, locale, terminal), never the rest of the host's environment (credentials included). Every
-process group started is listed in `process-groups.jsonl` there, so that another process can end the
-groups if this one dies (a node's Ray actor killed mid-run).
+process group started is listed in `process-groups.jsonl` there before its command runs, so that another
+process can end the groups if this one dies (a node's Ray actor killed mid-run).
 """
 
 from __future__ import annotations
@@ -26,6 +26,8 @@ from tracetap.store.paths import validate_session_id
 HOST_BASICS = ("PATH", "LANG", "LC_ALL", "LC_CTYPE", "TERM", "TZ", "USER", "LOGNAME", "SHELL", "TMPDIR")
 KILL_GRACE_SECONDS = 3.0
 TIMED_OUT = -1
+# The command waits until its group is recorded: if this process dies first, the read meets EOF and it exits.
+GATE = "read -r || exit 97\n"
 
 
 def local_layout(session_dir: Path) -> SessionLayout:
@@ -88,10 +90,12 @@ class LocalRuntime:
         full_env = self._env(env)
         with open(stdout_path, "wb") as out, open(stderr_path, "wb") as err:
             process = await asyncio.create_subprocess_exec(
-                "bash", "-lc", login_command(command, full_env.get("PATH")), cwd=cwd or self.workdir,
-                env=full_env, stdin=asyncio.subprocess.DEVNULL, stdout=out, stderr=err, start_new_session=True)
+                "bash", "-lc", GATE + login_command(command, full_env.get("PATH")), cwd=cwd or self.workdir,
+                env=full_env, stdin=asyncio.subprocess.PIPE, stdout=out, stderr=err, start_new_session=True)
         self.groups.add(process.pid)
         record_group(self.session_dir / GROUPS_FILE, process.pid)
+        process.stdin.write(b"go\n")  # the gate opens; then stdin is at its end, as /dev/null would be
+        process.stdin.close()
         return process
 
     def _env(self, env: Mapping[str, str]) -> dict[str, str]:

@@ -92,8 +92,8 @@ def busy(client: httpx.Client) -> str | None:
 
 
 def recorded_groups(sessions: Path, session_id: str) -> list[int]:
-    lines = (sessions / session_id / GROUPS_FILE).read_text().splitlines()
-    return [json.loads(line)["pgid"] for line in lines]
+    path = sessions / session_id / GROUPS_FILE
+    return [json.loads(line)["pgid"] for line in path.read_text().splitlines()] if path.exists() else []
 
 
 @pytest.mark.parametrize("how", ["ray.kill", "kill -9"])
@@ -129,7 +129,21 @@ def test_a_killed_actor_loses_its_running_sessions_and_its_queued_ones_run_elsew
     survivor = next(n.id for n in nodes if n is not victim)
     for sid in set(results) - started:
         assert results[sid]["status"] == "COMPLETED" and results[sid]["node_id"] == survivor, results[sid]
-    assert not [pgid for pgid in groups if group_members(pgid)]  # the lost node's harness processes are gone
+    # the lost node's harness processes are gone, those it started while Ray was killing it included
+    assert not [pgid for sid in held for pgid in recorded_groups(sessions, sid) if group_members(pgid)]
+    assert not working_in(sessions)
+
+
+def working_in(folder: Path) -> list[int]:
+    """Live processes whose working directory is under `folder` (a harness, recorded or not)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            if entry.name.isdigit() and Path(os.readlink(entry / "cwd")).is_relative_to(folder):
+                found.append(int(entry.name))
+        except OSError:  # gone, or not ours to look at
+            continue
+    return [pid for pid in found if is_alive(pid)]
 
 
 def descendants(pid: int) -> set[int]:
