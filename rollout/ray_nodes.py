@@ -177,7 +177,6 @@ class RayNode:
         if sum(ended):
             logger.warning("node %s: ended %d process groups of its sessions", self.id, sum(ended))
 
-
     async def _worker_gone(self) -> None:
         """Wait (bounded) for a killed actor's process on this machine to exit: Ray reports an actor dead
         before its process is, and the process must not start a harness after the groups are ended."""
