@@ -38,6 +38,7 @@ PING_SECONDS = 30.0     # an actor that does not answer a ping within this is lo
 WATCH_SECONDS = 5.0     # how often a long wait pings its actor
 RESULT_SLACK_SECONDS = 120.0  # past budget + POSTRUN grace, a result that has not come is not coming
 OBJECT_STORE_BYTES = 128 * 1024 * 1024  # the nodes pass small messages only
+CLUSTER_SWITCH = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"  # "0": Ray's single-machine mode (see _loopback_only)
 
 
 class RayUnavailable(RuntimeError):
@@ -204,10 +205,35 @@ def ray_cluster(address: str, cpus: int) -> Iterator[None]:
         except ConnectionError as exc:  # `auto` with no cluster running here
             raise RayUnavailable(f"no Ray cluster at {address!r}: {exc}") from None
     else:
-        os.environ.setdefault("RAY_AUTH_MODE", "disabled")  # no token file in ~/.ray; it listens on loopback
-        ray.init(num_cpus=cpus, num_gpus=0, include_dashboard=False, _node_ip_address="127.0.0.1",
-                 object_store_memory=OBJECT_STORE_BYTES)
+        with _loopback_only():
+            ray.init(num_cpus=cpus, num_gpus=0, include_dashboard=False, _node_ip_address="127.0.0.1",
+                     object_store_memory=OBJECT_STORE_BYTES)
     try:
         yield
     finally:
         ray.shutdown()
+
+
+@contextmanager
+def _loopback_only() -> Iterator[None]:
+    """While a local cluster starts: every Ray server binds 127.0.0.1, and no token file goes to ~/.ray.
+
+    Ray turns 127.0.0.1 into the machine's address (`services.resolve_ip_for_localhost`) and then listens
+    on every interface, unless it runs in its single-machine mode (as on macOS): that is Ray's
+    `ENABLE_RAY_CLUSTER` switch, read from this environment variable when `ray` is imported (hence the
+    module attribute too). With only loopback reachable, token auth is left off."""
+    from ray._private import ray_constants
+
+    saved = {name: os.environ.get(name) for name in (CLUSTER_SWITCH, "RAY_AUTH_MODE")}
+    os.environ[CLUSTER_SWITCH] = "0"
+    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+    switch, ray_constants.ENABLE_RAY_CLUSTER = ray_constants.ENABLE_RAY_CLUSTER, False
+    try:
+        yield
+    finally:
+        ray_constants.ENABLE_RAY_CLUSTER = switch
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name)
+            else:
+                os.environ[name] = value

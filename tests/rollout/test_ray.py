@@ -163,6 +163,27 @@ def descendants(pid: int) -> set[int]:
     return found
 
 
+LOOPBACK = {"0100007F", "0000000000000000FFFF00000100007F", "00000000000000000000000001000000"}  # as /proc/net has them
+
+
+def listening(pids: set[int]) -> set[str]:
+    """The addresses (hex, as in /proc/net/tcp and tcp6) of the TCP sockets these processes listen on."""
+    inodes = set()
+    for pid in pids:
+        try:
+            inodes |= {link[8:-1] for fd in Path(f"/proc/{pid}/fd").iterdir()
+                       if (link := os.readlink(fd)).startswith("socket:[")}
+        except OSError:  # it ended while we looked
+            continue
+    found = set()
+    for table in ("tcp", "tcp6"):
+        for line in Path(f"/proc/net/{table}").read_text().splitlines()[1:]:
+            fields = line.split()
+            if fields[3] == "0A" and fields[9] in inodes:  # 0A: LISTEN
+                found.add(fields[1].split(":")[0])
+    return found
+
+
 def test_cli_serve_on_a_local_ray_cluster_runs_a_task_and_stops_ray_on_sigterm(gw, tmp_path):
     port = free_port()
     log = open(tmp_path / "serve.log", "wb")  # noqa: SIM115 - the child writes it; read back as a file
@@ -177,6 +198,7 @@ def test_cli_serve_on_a_local_ray_cluster_runs_a_task_and_stops_ray_on_sigterm(g
             assert client.post("/tasks", json=shell_task("cli-ray", ONE_CALL, 4)).status_code == 200
             done = finished(client, "cli-ray")
         started = descendants(server.pid)
+        addresses = listening(started)
         server.send_signal(signal.SIGTERM)
         assert server.wait(timeout=180) == 0, (tmp_path / "serve.log").read_text()
     finally:
@@ -185,6 +207,7 @@ def test_cli_serve_on_a_local_ray_cluster_runs_a_task_and_stops_ray_on_sigterm(g
     assert [r["status"] for r in done["results"]] == ["COMPLETED"] * 4, done
     assert {r["node_id"] for r in done["results"]} == {"node-0", "node-1"}
     assert len(started) > 3  # the gateway, Ray's own processes, the actors' workers
+    assert addresses and addresses <= LOOPBACK, addresses  # Ray's servers included
     poll(lambda: not [pid for pid in started if is_alive(pid)], 60, "every process of the server ended")
 
 
