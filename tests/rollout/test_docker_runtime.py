@@ -14,7 +14,6 @@ from urllib.parse import urlsplit
 
 import docker
 import pytest
-from tracetap.rollout.images.base import images_dir
 from tracetap.rollout.images.rootfs import ensure_rootfs
 from tracetap.rollout.models import RuntimeSpec, SessionContext, SessionStatus, TaskRequest, new_session_id
 from tracetap.rollout.node import GatewayNode, NodeConfig
@@ -27,12 +26,12 @@ LIST_SLEEPS = r"for p in /proc/[0-9]*; do tr '\0' ' ' <$p/cmdline; echo; done | 
 
 
 @pytest.fixture(scope="module", autouse=True)
-def image(docker_host: str) -> str:
+def image(docker_host: str, images_cache: Path) -> str:
     """The debootstrap minbase image `tracetap image build` starts from (cached across runs)."""
     global IMAGE
     client = docker.from_env()
     try:
-        IMAGE = ensure_rootfs(client, images_dir(), lambda line: None)
+        IMAGE = ensure_rootfs(client, images_cache, lambda line: None)
     finally:
         client.close()
     return IMAGE
