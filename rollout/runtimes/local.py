@@ -124,6 +124,9 @@ class LocalRuntime:
         destination.parent.mkdir(parents=True, exist_ok=True)
         await asyncio.to_thread(destination.write_text, text)
 
+    async def read_text(self, target: str) -> str:
+        return await asyncio.to_thread(self.host_path(target).read_text, errors="replace")
+
     async def teardown(self) -> None:
         self.closed = True
         groups, self.groups = list(self.groups), set()
