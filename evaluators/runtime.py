@@ -29,6 +29,8 @@ class CommandResult:
 
 
 class EvalRuntime(Protocol):
+    scratch: str  # a folder inside the runtime for the evaluator's own files (patches, scripts)
+
     def exec(self, command: str, *, timeout: float, log_name: str, env: Mapping[str, str] | None = None,
              cwd: str | None = None) -> CommandResult:
         """Run `bash -lc command`; its output is also kept in the session's `logs/<log_name>.*.log`."""

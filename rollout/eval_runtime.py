@@ -11,7 +11,7 @@ when the session ends, whatever the path (completed, error, timeout, cancel, shu
 from __future__ import annotations
 
 import asyncio
-import logging
+import posixpath
 from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -25,7 +25,6 @@ if TYPE_CHECKING:
     from tracetap.rollout.runtimes import NodeRuntimes
     from tracetap.rollout.session_run import SessionRun
 
-logger = logging.getLogger("tracetap.rollout.eval_runtime")
 T = TypeVar("T")
 CALL_MARGIN_SECONDS = 60.0   # a bridged call waits this long beyond its own timeout before giving up
 FILE_CALL_SECONDS = 300.0    # bound on a bridged file copy or read
@@ -41,6 +40,7 @@ class RuntimeBridge:
 
     def __init__(self, runtime: Runtime, loop: asyncio.AbstractEventLoop, env: Mapping[str, str]) -> None:
         self.runtime, self.loop, self.env = runtime, loop, dict(env)
+        self.scratch = posixpath.join(runtime.layout.root, "eval")
 
     def _call(self, coro: Coroutine[Any, Any, T], seconds: float) -> T:
         """Run `coro` on the node's loop; bounded, so a thread left behind by a stopped loop still ends."""
