@@ -11,6 +11,7 @@ from pathlib import Path
 
 import docker
 import pytest
+from click.testing import CliRunner
 from conftest import run, samples
 from swebench_set import make_task_set
 from test_node import node_for, run_all
@@ -18,8 +19,10 @@ from tracetap.rollout.harbor import harbor_task_request
 from tracetap.rollout.images.base import images_dir
 from tracetap.rollout.images.rootfs import ensure_rootfs
 from tracetap.rollout.images.task import build_task_image
-from tracetap.rollout.models import SessionStatus
+from tracetap.rollout.models import SessionStatus, TaskRequest
 from tracetap.rollout.swebench import swebench_task_request
+
+from tracetap.cli import cli
 
 pytestmark = pytest.mark.docker
 HARBOR_TASK = Path(__file__).resolve().parents[1] / "fixtures" / "harbor" / "hello-world"
@@ -59,9 +62,14 @@ def shell(command: str) -> dict:
 
 
 def test_harbor_task_rewarded_from_its_verifier_with_its_logs_kept(gw, client, base, tmp_path):
-    request = harbor_task_request(HARBOR_TASK, base_image=base, agent=shell(GREET), client=client,
-                                  task_id="evalrt-harbor", num_samples=2)
+    made = CliRunner().invoke(cli, ["task", "harbor", str(HARBOR_TASK), "--base-image", base, "--setting",
+                                    f"command={GREET}", "--samples", "2"])
+    assert made.exit_code == 0, made.output
+    request = TaskRequest.model_validate_json(made.stdout).model_copy(update={"task_id": "evalrt-harbor"})
+    assert request == harbor_task_request(HARBOR_TASK, base_image=base, agent=shell(GREET), client=client,
+                                          task_id="evalrt-harbor", num_samples=2)
     assert request.runtime.workdir == "/app" and request.runtime.image.startswith("tracetap-task:")
+    assert request.evaluator.config["env"] == {"EXPECTED": "Hello, world!"} and request.runtime.cpus == 1
     results = run(run_all(node_for(gw, tmp_path, node_id="evalrt-harbor-node"), samples(request)))
 
     assert [r.status for r in results] == [SessionStatus.COMPLETED] * 2, [r.error for r in results]

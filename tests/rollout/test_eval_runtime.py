@@ -10,12 +10,16 @@ import json
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 from conftest import PYTHON, run, samples, task
 from swebench_set import make_task_set
 from test_node import node_for, query, run_all
 from tracetap.evaluators.swebench import TEST_COMMAND
 from tracetap.rollout.models import SessionStatus
 from tracetap.rollout.swebench import checkout_command
+from tracetap.rollout.task_files import load_task
+
+from tracetap.cli import cli
 
 REPO = "testbed"  # relative: in each runtime's workspace
 # the agent waits until its fresh evaluation runtime is prepared, so `eval_runtime_ready < run_end` holds
@@ -80,3 +84,30 @@ def test_three_instances_graded_in_a_fresh_runtime_and_a_missing_base_commit_is_
     assert nobase.status is SessionStatus.ERROR
     assert f"base_commit {'0' * 40} does not exist in {REPO}" in nobase.error
     assert "eval_runtime_start" not in nobase.timeline and "run_start" not in nobase.timeline
+
+
+def test_cli_writes_a_task_file_per_instance_and_refuses_bad_input(task_set, tmp_path):
+    instances = task_set.context.parent / "instances.jsonl"
+    made = CliRunner().invoke(cli, ["task", "swebench", str(instances), "--image", "tracetap-task:abc",
+                                    "--setting", "command=true", "--out-dir", str(tmp_path / "tasks")])
+    assert made.exit_code == 0, made.output
+    paths = made.output.split()
+    assert [Path(p).name for p in paths] == ["calc-add.json", "calc-mul.json", "calc-sub.json"]
+    request = load_task(Path(paths[0]))
+    assert request.evaluator.name == "swebench" and request.runtime.workdir == "/testbed"
+    assert request.evaluator.config["instance"]["base_commit"] == task_set.instances[0]["base_commit"]
+    assert request.agent.settings == {"command": "true"}
+
+    broken = tmp_path / "broken.jsonl"
+    broken.write_text(json.dumps({"instance_id": "x", "repo": "r"}) + "\n")
+    refused = CliRunner().invoke(cli, ["task", "swebench", str(broken), "--image", "t:x", "--out-dir",
+                                       str(tmp_path / "none")])
+    assert refused.exit_code == 1 and "lacks base_commit" in refused.output
+    assert not (tmp_path / "none").exists()
+
+    harbor_dir = tmp_path / "harbor-task"
+    (harbor_dir / "tests").mkdir(parents=True)
+    (harbor_dir / "instruction.md").write_text("x")
+    (harbor_dir / "task.toml").write_text("")
+    refused = CliRunner().invoke(cli, ["task", "harbor", str(harbor_dir), "--base-image", "t:x"])
+    assert refused.exit_code == 1 and "has no test.sh" in refused.output
