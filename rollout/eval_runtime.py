@@ -109,11 +109,16 @@ def needs_fresh_runtime(run: SessionRun) -> bool:
     return run.task.evaluator is not None and resolve(run.task.evaluator.name).needs_fresh_runtime
 
 
-async def session_tools(run: SessionRun, env: Mapping[str, str]) -> SessionTools:
-    """The evaluator's runtimes (bridged to this loop) and its logs folder, `<session>/logs/eval`."""
+async def session_tools(run: SessionRun, env_for: Callable[[Runtime], Mapping[str, str]]) -> SessionTools:
+    """The evaluator's runtimes (bridged to this loop, each with `env_for(it)`) and its logs folder,
+    `<session>/logs/eval`."""
     loop = asyncio.get_running_loop()
     fresh = await run.fresh.ready() if run.fresh is not None else None
     logs_dir = Path(run.runtime.session_dir) / "logs" / "eval"
     logs_dir.mkdir(parents=True, exist_ok=True)
-    return SessionTools(runtime=RuntimeBridge(run.runtime, loop, env), logs_dir=logs_dir,
-                        fresh_runtime=RuntimeBridge(fresh, loop, env) if fresh is not None else None)
+
+    def bridge(runtime: Runtime) -> RuntimeBridge:
+        return RuntimeBridge(runtime, loop, env_for(runtime))
+
+    return SessionTools(runtime=bridge(run.runtime), logs_dir=logs_dir,
+                        fresh_runtime=bridge(fresh) if fresh is not None else None)

@@ -20,7 +20,7 @@ import logging
 import uuid
 from collections import Counter
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 from pathlib import Path
 
@@ -236,7 +236,7 @@ class GatewayNode:
             except (OSError, ValueError) as exc:  # a missing source, a target outside the session
                 raise StageFailure(SessionStatus.ERROR, f"prepare step {number}: {exc}") from None
             return
-        result = await runtime.exec(action.command, env={**self._runtime_env(run), **action.env},
+        result = await runtime.exec(action.command, env={**self._runtime_env(run, runtime), **action.env},
                                     log_name=f"prepare.{number:02d}", cwd=action.cwd, timeout=run.remaining())
         if result.timed_out:
             raise StageFailure(SessionStatus.TIMEOUT, f"prepare step {number} ran out of the time budget")
@@ -244,9 +244,11 @@ class GatewayNode:
             raise StageFailure(SessionStatus.ERROR, f"prepare step {number} exited with {result.returncode}"
                                                     f"{last_line(result.stderr_path)} (see {result.stderr_path})")
 
-    def _runtime_env(self, run: SessionRun) -> dict[str, str]:
-        """The env of every prepare, run and post-run command (reference system §5.6), then the spec's."""
-        return {**gateway_env(run.harness_ctx), "SAMPLE_INDEX": str(run.ctx.sample_index), **run.task.runtime.env}
+    def _runtime_env(self, run: SessionRun, runtime: Runtime | None = None) -> dict[str, str]:
+        """The env of every prepare, run and post-run command (reference system §5.6), then the spec's; its
+        folders are those of `runtime` (default: the session's own)."""
+        ctx = run.harness_ctx if runtime is None else replace(run.harness_ctx, layout=runtime.layout)
+        return {**gateway_env(ctx), "SAMPLE_INDEX": str(run.ctx.sample_index), **run.task.runtime.env}
 
     def _agent_env(self, run: SessionRun) -> dict[str, str]:
         """Run and post-run steps add the preset's env and the task's agent env."""
@@ -328,7 +330,7 @@ class GatewayNode:
     async def _evaluate(self, run: SessionRun, deadline: float) -> postrun.SessionScore | None:
         run.status = SessionStatus.EVALUATING
         try:
-            tools = await eval_runtime.session_tools(run, self._runtime_env(run))
+            tools = await eval_runtime.session_tools(run, partial(self._runtime_env, run))
         except eval_runtime.FreshRuntimeError as exc:
             run.verdict, run.error = SessionStatus.ERROR, str(exc)
             return None

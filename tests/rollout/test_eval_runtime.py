@@ -23,7 +23,7 @@ from tracetap.cli import cli
 
 REPO = "testbed"  # relative: in each runtime's workspace
 # the agent waits until its fresh evaluation runtime is prepared, so `eval_runtime_ready < run_end` holds
-WAIT_FOR_EVAL = 'until [ -e "$SESSION_DIR-eval/logs/prepare.01.stdout.log" ]; do sleep 0.1; done; sleep 0.5; '
+WAIT_FOR_EVAL = 'until [ -e "$SESSION_DIR-eval/logs/prepare.02.stdout.log" ]; do sleep 0.1; done; sleep 0.5; '
 
 
 @pytest.fixture(scope="module")
@@ -35,7 +35,8 @@ def swebench_task(task_set, instance: dict, command: str):
     config = {"instance": instance, "repo_dir": REPO,
               "test_command": f"PYTEST_DISABLE_PLUGIN_AUTOLOAD=1 {PYTHON} -m {TEST_COMMAND}"}
     prepare = [{"type": "upload_dir", "source": str(task_set.context / "testbed"), "target": REPO},
-               {"type": "exec", "command": checkout_command(instance["base_commit"], REPO)}]
+               {"type": "exec", "command": checkout_command(instance["base_commit"], REPO)},
+               {"type": "exec", "command": 'echo "$SESSION_DIR" > "$ARTIFACTS_DIR/session_dir"'}]
     return task(task_id=instance["instance_id"], timeout_seconds=120, runtime={"prepare": prepare},
                 agent={"harness": "shell", "settings": {"command": f"cd {REPO} && {command}"}},
                 evaluator={"name": "swebench", "config": config})
@@ -62,6 +63,9 @@ def test_three_instances_graded_in_a_fresh_runtime_and_a_missing_base_commit_is_
         line = result.timeline
         assert line["run_start"] <= line["eval_runtime_start"] < line["eval_runtime_ready"] < line["run_end"]
 
+    for sid in (resolved.session_id, resolved.session_id + "-eval"):  # each runtime's env names its own folders
+        assert (tmp_path / "sessions" / sid / "artifacts" / "session_dir").read_text().strip() == str(
+            (tmp_path / "sessions" / sid).resolve())
     first = report(tmp_path, resolved.session_id)
     assert first["resolved"] and first["resolution"] == "RESOLVED_FULL"
     assert first["apply_command"] == "git apply --verbose"
