@@ -64,6 +64,13 @@ def check_reward(value: object, what: str = "reward") -> float:
     return float(value)
 
 
+def positive_seconds(value: object, what: str) -> float:
+    """A config timeout: a positive number of seconds, as float."""
+    if isinstance(value, bool) or not isinstance(value, Real) or not value > 0:
+        raise EvaluatorError(f"{what} must be a positive number of seconds, got {value!r}")
+    return float(value)
+
+
 @dataclass(frozen=True)
 class EvalResult:
     """An evaluator's verdict. `reward` is broadcast to every trace; `trace_rewards` (one per trace) wins."""

@@ -13,12 +13,10 @@ and stderr are kept in the session's `logs/eval/verifier.*.log`, the reward file
 from __future__ import annotations
 
 import json
-import math
-from numbers import Real
 from pathlib import Path
 from typing import Any
 
-from tracetap.evaluators.base import EvalInput, EvalResult, Evaluator, EvaluatorError
+from tracetap.evaluators.base import EvalInput, EvalResult, Evaluator, EvaluatorError, check_reward, positive_seconds
 from tracetap.evaluators.runtime import EvalRuntime, require
 
 TESTS = "/tests"
@@ -38,12 +36,6 @@ def check_tests_dir(value: object) -> Path:
     return folder
 
 
-def _positive(value: object, what: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, Real) or not value > 0:
-        raise EvaluatorError(f"harbor: {what} must be a positive number of seconds, got {value!r}")
-    return float(value)
-
-
 def _env(value: object) -> dict[str, str]:
     if not isinstance(value, dict) or not all(isinstance(k, str) for k in value):
         raise EvaluatorError("harbor: env must be a map of names to values")
@@ -58,10 +50,9 @@ def parse_reward(name: str, text: str) -> dict[str, float]:
         rewards = json.loads(text) if name.endswith(".json") else {"reward": float(text.strip())}
     except ValueError as error:
         raise EvaluatorError(f"harbor: cannot parse {VERIFIER_LOGS}/{name}: {error}") from None
-    if not isinstance(rewards, dict) or not rewards or not all(
-            isinstance(v, Real) and not isinstance(v, bool) and math.isfinite(v) for v in rewards.values()):
-        raise EvaluatorError(f"harbor: {VERIFIER_LOGS}/{name} must be a flat object of finite numbers")
-    return {key: float(value) for key, value in rewards.items()}
+    if not isinstance(rewards, dict) or not rewards:
+        raise EvaluatorError(f"harbor: {VERIFIER_LOGS}/{name} must be a flat object of numbers")
+    return {key: check_reward(value, f"harbor: {name} {key!r}") for key, value in rewards.items()}
 
 
 def primary(rewards: dict[str, float]) -> float:
@@ -86,7 +77,7 @@ class Harbor(Evaluator):
         if cwd is not None and not (isinstance(cwd, str) and cwd.startswith("/")):
             raise EvaluatorError("harbor: cwd must be an absolute path inside the runtime")
         return {"tests_dir": str(check_tests_dir(config.get("tests_dir"))),
-                "timeout": _positive(config.get("timeout", DEFAULT_TIMEOUT), "timeout"),
+                "timeout": positive_seconds(config.get("timeout", DEFAULT_TIMEOUT), "harbor: timeout"),
                 "env": _env(config.get("env", {})), "cwd": cwd}
 
     def evaluate(self, inp: EvalInput) -> EvalResult:

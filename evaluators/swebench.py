@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from tracetap.evaluators.base import EvalInput, EvalResult, Evaluator, EvaluatorError
+from tracetap.evaluators.base import EvalInput, EvalResult, Evaluator, EvaluatorError, positive_seconds
 from tracetap.evaluators.runtime import CommandResult, EvalRuntime, require
 
 REQUIRED = ("instance_id", "repo", "base_commit", "test_patch", "FAIL_TO_PASS", "PASS_TO_PASS")
@@ -160,13 +160,6 @@ def resolution(report: dict) -> str:
 
 # -- the evaluator ----------------------------------------------------------------------------------------
 
-def _positive(config: dict, key: str) -> float:
-    value = config[key]
-    if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
-        raise EvaluatorError(f"swebench: {key} must be a positive number of seconds, got {value!r}")
-    return float(value)
-
-
 class _Clock:
     """The session's remaining evaluation time; each step's timeout is capped by it."""
 
@@ -194,8 +187,8 @@ class SweBench(Evaluator):
         if not isinstance(merged["exclude_patterns"], list) or not all(
                 isinstance(p, str) for p in merged["exclude_patterns"]):
             raise EvaluatorError("swebench: exclude_patterns must be a list of globs")
-        return {**merged, "apply_timeout": _positive(merged, "apply_timeout"),
-                "test_timeout": _positive(merged, "test_timeout")}
+        return {**merged, **{key: positive_seconds(merged[key], f"swebench: {key}")
+                             for key in ("apply_timeout", "test_timeout")}}
 
     def evaluate(self, inp: EvalInput) -> EvalResult:
         agent = require(inp.runtime, self.name)

@@ -26,8 +26,9 @@ def test_reward_files_parse(name: str, text: str, rewards: dict) -> None:
     ("reward.txt", "yes", "cannot parse"),
     ("reward.json", "{not json", "cannot parse"),
     ("reward.json", "1.0", "flat object"),
-    ("reward.json", '{"reward": {"nested": 1}}', "flat object"),
-    ("reward.json", '{"reward": true}', "flat object"),
+    ("reward.json", "{}", "flat object"),
+    ("reward.json", '{"reward": {"nested": 1}}', "'reward' must be a finite number"),
+    ("reward.json", '{"reward": true}', "'reward' must be a finite number"),
 ])
 def test_bad_reward_files_are_errors_not_zeros(name: str, text: str, message: str) -> None:
     with pytest.raises(EvaluatorError, match=message):
