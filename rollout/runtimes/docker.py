@@ -218,6 +218,18 @@ class DockerRuntime:
         info.size, info.mode, info.mtime = len(data), 0o644, int(time.time())
         await self._put(path, lambda tar: tar.addfile(info, io.BytesIO(data)))
 
+    async def read_text(self, target: str) -> str:
+        path = self._absolute(target)
+        if self._in_mount(path):
+            return await asyncio.to_thread(self._host(path).read_text, errors="replace")
+        if self.container is None:
+            raise RuntimeClosed(f"the runtime of {self.session_dir.name} is not running")
+        try:
+            archive = await self.host.call(_fetch, self.container, path)
+        except docker.errors.NotFound:
+            raise FileNotFoundError(f"{path} does not exist in the container") from None
+        return _only_file(archive, path).decode(errors="replace")
+
     async def _put(self, path: str, fill) -> None:
         """Copy into the container outside the mount: a tar unpacked into the target's parent folder."""
         if self.container is None:
@@ -244,3 +256,17 @@ class DockerRuntime:
             await self.host.call(container.remove, force=True)
         except docker.errors.NotFound:
             pass
+
+
+def _fetch(container, path: str) -> bytes:
+    chunks, _ = container.get_archive(path)
+    return b"".join(chunks)
+
+
+def _only_file(archive: bytes, path: str) -> bytes:
+    """The content of the one regular file a `get_archive` tar holds."""
+    with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
+        member = tar.next()
+        if member is None or not member.isfile():
+            raise IsADirectoryError(f"{path} is not a regular file in the container")
+        return tar.extractfile(member).read()

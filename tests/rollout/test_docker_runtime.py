@@ -97,9 +97,13 @@ def test_uploads_inside_and_outside_the_mount(docker_host: str, tmp_path: Path) 
         await runtime.upload(source / "sub" / "a.txt", "/opt/x/a.txt")
         await runtime.write_text("/etc/tracetap.conf", "conf")
         out = await runtime.exec("cat repo/sub/a.txt /opt/x/a.txt /etc/tracetap.conf", env={}, log_name="cat")
-        return out.stdout_path.read_text()
+        read = [await runtime.read_text(path) for path in ("repo/sub/a.txt", "/etc/tracetap.conf")]
+        for missing in ("/etc/none.conf", "repo/none.txt"):
+            with pytest.raises(FileNotFoundError):
+                await runtime.read_text(missing)
+        return out.stdout_path.read_text(), read
 
-    assert asyncio.run(session(tmp_path / "s", "node-upload", scenario)) == "AAconf"
+    assert asyncio.run(session(tmp_path / "s", "node-upload", scenario)) == ("AAconf", ["A", "conf"])
     assert (tmp_path / "s" / SID / "workspace" / "repo" / "sub" / "a.txt").read_text() == "A"
 
 
