@@ -16,7 +16,6 @@ from conftest import run, samples
 from swebench_set import make_task_set
 from test_node import node_for, run_all
 from tracetap.rollout.harbor import harbor_task_request
-from tracetap.rollout.images.base import images_dir
 from tracetap.rollout.images.rootfs import ensure_rootfs
 from tracetap.rollout.images.task import build_task_image
 from tracetap.rollout.models import SessionStatus, TaskRequest
@@ -39,8 +38,8 @@ def client(docker_host: str):
 
 
 @pytest.fixture(scope="module")
-def base(client) -> str:
-    return ensure_rootfs(client, images_dir(), lambda line: None)
+def base(client, images_cache: Path) -> str:
+    return ensure_rootfs(client, images_cache, lambda line: None)
 
 
 @pytest.fixture(scope="module")
