@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# podman.sh start|stop|env: rootless podman's Docker-compatible API service, run by an unprivileged user.
+# As root, `start` installs Debian's podman (with uidmap, slirp4netns, fuse-overlayfs, catatonit), creates
+# the user with its subordinate uid/gid range (both idempotent), and starts `podman system service` as that
+# user on a private socket. The user's image store persists across runs; the service is stopped by its pid.
+set -euo pipefail
+USER_NAME=${TRACETAP_PODMAN_USER:-tracetap-rootless}
+RUN=${TRACETAP_PODMAN_RUN:-/run/tracetap-podman}
+SOCK="$RUN/podman.sock"
+PIDFILE="$RUN/service.pid"
+SUBIDS=${TRACETAP_PODMAN_SUBIDS:-200000-265535}  # 65536 ids: uid 0 in a container is the user, 1.. come from here
+
+ping() { curl -sf --max-time 5 --unix-socket "$SOCK" http://localhost/_ping >/dev/null 2>&1; }
+
+need_root() { [ "$(id -u)" = 0 ] || { echo "podman.sh: $1 needs root" >&2; exit 1; }; }
+
+install_podman() {
+    command -v podman >/dev/null && command -v newuidmap >/dev/null && [ -x /usr/libexec/podman/catatonit ] && return
+    need_root "installing podman"
+    export DEBIAN_FRONTEND=noninteractive
+    local packages=(podman uidmap slirp4netns fuse-overlayfs catatonit)
+    apt-get install -y -q "${packages[@]}" >/dev/null 2>&1 || { apt-get update -q >/dev/null && apt-get install -y -q "${packages[@]}" >/dev/null; }
+}
+
+create_user() {
+    id "$USER_NAME" >/dev/null 2>&1 || { need_root "creating $USER_NAME"; useradd --create-home --shell /bin/bash "$USER_NAME"; }
+    grep -q "^$USER_NAME:" /etc/subuid 2>/dev/null || usermod --add-subuids "$SUBIDS" "$USER_NAME"
+    grep -q "^$USER_NAME:" /etc/subgid 2>/dev/null || usermod --add-subgids "$SUBIDS" "$USER_NAME"
+}
+
+# Everything podman runs as the user: no login session, so XDG_RUNTIME_DIR is our private run dir.
+as_user() {
+    local home; home=$(getent passwd "$USER_NAME" | cut -d: -f6)
+    setpriv --reuid="$USER_NAME" --regid="$USER_NAME" --init-groups \
+        env -i PATH=/usr/local/bin:/usr/bin:/bin HOME="$home" USER="$USER_NAME" XDG_RUNTIME_DIR="$RUN/xdg" "$@"
+}
+
+start() {
+    ping && return
+    install_podman
+    create_user
+    mkdir -p "$RUN/xdg"
+    chown "$USER_NAME:" "$RUN" "$RUN/xdg"
+    chmod 0700 "$RUN"  # the socket is the user's (and root's): driving it runs containers as the user
+    chmod 0700 "$RUN/xdg"
+    as_user podman system migrate >/dev/null 2>&1 || true  # picks up a changed subuid range
+    as_user podman system service --time=0 "unix://$SOCK" >"$RUN/service.log" 2>&1 &
+    echo $! >"$PIDFILE"
+    for _ in $(seq 1 120); do ping && return; sleep 0.25; done
+    echo "podman.sh: the podman service did not answer on $SOCK; see $RUN/service.log" >&2; tail -20 "$RUN/service.log" >&2; exit 1
+}
+
+stop() {
+    [ -f "$PIDFILE" ] || return 0
+    pid=$(cat "$PIDFILE"); kill "$pid" 2>/dev/null || true
+    for _ in $(seq 1 80); do kill -0 "$pid" 2>/dev/null || { rm -f "$PIDFILE"; return; }; sleep 0.25; done
+    kill -9 "$pid" 2>/dev/null || true; rm -f "$PIDFILE"
+}
+
+case "${1:-}" in
+    start) start; echo "PODMAN_HOST=unix://$SOCK" ;;
+    stop) stop ;;
+    env) echo "PODMAN_HOST=unix://$SOCK" ;;
+    user) echo "$USER_NAME" ;;
+    *) echo "usage: podman.sh start|stop|env|user" >&2; exit 2 ;;
+esac
