@@ -58,9 +58,9 @@ stop() {
 }
 
 case "${1:-}" in
-    start) start; echo "PODMAN_HOST=unix://$SOCK" ;;
+    start) start; echo "TRACETAP_PODMAN_HOST=unix://$SOCK" ;;
     stop) stop ;;
-    env) echo "PODMAN_HOST=unix://$SOCK" ;;
+    env) echo "TRACETAP_PODMAN_HOST=unix://$SOCK" ;;
     user) echo "$USER_NAME" ;;
     *) echo "usage: podman.sh start|stop|env|user" >&2; exit 2 ;;
 esac

@@ -69,3 +69,11 @@ def docker_host() -> str:
     from docker_daemon import docker_daemon
 
     yield from docker_daemon()
+
+
+@pytest.fixture(scope="session")
+def podman_host() -> str:
+    """Rootless podman's Docker-compatible API, run by an unprivileged user (see tests/podman_service.py)."""
+    from podman_service import podman_service
+
+    yield from podman_service()
