@@ -26,12 +26,20 @@ create_user() {
     id "$USER_NAME" >/dev/null 2>&1 || { need_root "creating $USER_NAME"; useradd --create-home --shell /bin/bash "$USER_NAME"; }
     grep -q "^$USER_NAME:" /etc/subuid 2>/dev/null || usermod --add-subuids "$SUBIDS" "$USER_NAME"
     grep -q "^$USER_NAME:" /etc/subgid 2>/dev/null || usermod --add-subgids "$SUBIDS" "$USER_NAME"
+    # Without this podman 4.3 may settle on `vfs`, which copies the whole image for every container (~10 s).
+    local home; home=$(getent passwd "$USER_NAME" | cut -d: -f6)
+    if [ ! -f "$home/.config/containers/storage.conf" ]; then
+        install -d -o "$USER_NAME" -g "$USER_NAME" "$home/.config" "$home/.config/containers"
+        printf '[storage]\ndriver = "overlay"\n' >"$home/.config/containers/storage.conf"
+        chown "$USER_NAME:" "$home/.config/containers/storage.conf"
+    fi
 }
 
 # Everything podman runs as the user: no login session, so XDG_RUNTIME_DIR is our private run dir.
+# `exec`: in a background subshell the service's pid is then $!.
 as_user() {
     local home; home=$(getent passwd "$USER_NAME" | cut -d: -f6)
-    setpriv --reuid="$USER_NAME" --regid="$USER_NAME" --init-groups \
+    exec setpriv --reuid="$USER_NAME" --regid="$USER_NAME" --init-groups \
         env -i PATH=/usr/local/bin:/usr/bin:/bin HOME="$home" USER="$USER_NAME" XDG_RUNTIME_DIR="$RUN/xdg" "$@"
 }
 
@@ -43,18 +51,27 @@ start() {
     chown "$USER_NAME:" "$RUN" "$RUN/xdg"
     chmod 0700 "$RUN"  # the socket is the user's (and root's): driving it runs containers as the user
     chmod 0700 "$RUN/xdg"
-    as_user podman system migrate >/dev/null 2>&1 || true  # picks up a changed subuid range
-    as_user podman system service --time=0 "unix://$SOCK" >"$RUN/service.log" 2>&1 &
+    (as_user podman system migrate >/dev/null 2>&1) || true  # picks up a changed subuid range
+    # its own session (so process group): podman re-executes itself in the user namespace as a child
+    (as_user setsid podman system service --time=0 "unix://$SOCK" >"$RUN/service.log" 2>&1) &
     echo $! >"$PIDFILE"
     for _ in $(seq 1 120); do ping && return; sleep 0.25; done
     echo "podman.sh: the podman service did not answer on $SOCK; see $RUN/service.log" >&2; tail -20 "$RUN/service.log" >&2; exit 1
 }
 
+stop_pid() {  # $1: pid, $2: its process group too
+    local pid=$1 target=$1; [ -n "${2:-}" ] && target=-$1
+    kill -- "$target" 2>/dev/null || true
+    for _ in $(seq 1 80); do kill -0 "$pid" 2>/dev/null || return 0; sleep 0.25; done
+    kill -9 -- "$target" 2>/dev/null || true
+}
+
+# The service and its re-executed child (one process group), then the user namespace's pause process.
 stop() {
-    [ -f "$PIDFILE" ] || return 0
-    pid=$(cat "$PIDFILE"); kill "$pid" 2>/dev/null || true
-    for _ in $(seq 1 80); do kill -0 "$pid" 2>/dev/null || { rm -f "$PIDFILE"; return; }; sleep 0.25; done
-    kill -9 "$pid" 2>/dev/null || true; rm -f "$PIDFILE"
+    [ -f "$PIDFILE" ] && { stop_pid "$(cat "$PIDFILE")" group; rm -f "$PIDFILE"; }
+    local pause="$RUN/xdg/libpod/tmp/pause.pid"
+    [ -f "$pause" ] && { stop_pid "$(cat "$pause")"; rm -f "$pause"; }
+    return 0
 }
 
 case "${1:-}" in

@@ -73,7 +73,8 @@ class NodeRuntimes:
             return LocalRuntime(self.sessions_root, session_id, spec), self.gateway_url
         if spec.backend not in CONTAINER_BACKENDS:
             raise RuntimeUnavailable(f"runtime backend {spec.backend!r} is not available on this node")
-        if (reason := _engine_missing(spec.backend)) is not None:
+        # once the node holds the engine's clients, an engine that stopped answering fails the calls themselves
+        if spec.backend not in self._hosts and (reason := _engine_missing(spec.backend)) is not None:
             raise RuntimeUnavailable(f"runtime backend {spec.backend!r}: {reason}")
         return await self._container(spec, session_id, task_id)
 

@@ -4,9 +4,11 @@ user, reach their gateway through the socket link and nothing else, and are remo
 from __future__ import annotations
 
 import asyncio
+import os
 import pwd
 import shutil
 import subprocess
+import sys
 import tempfile
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -24,6 +26,7 @@ from tracetap.rollout.runtimes.podman import podman_url
 from tracetap.store import connect
 
 pytestmark = pytest.mark.podman
+CACHE = images_dir()  # read at import: the images cache outlives a run (the session fixture moves TRACETAP_HOME)
 USER = subprocess.run(["bash", str(Path(__file__).parents[2] / "scripts" / "podman.sh"), "user"],
                       capture_output=True, text=True, check=True).stdout.strip()
 
@@ -162,3 +165,18 @@ def test_a_shell_session_in_podman_records_its_calls(gw, image: str, roots: Path
                                       [ctx.session_id]).fetchone()[0]
     assert calls == 2 and result.traces == 2
     assert containers("pm-shell") == []
+
+
+def test_image_build_loads_the_base_image_into_podman(podman_host: str, docker_host: str) -> None:
+    env = {**os.environ, "TRACETAP_IMAGES_DIR": str(CACHE)}
+    built = subprocess.run([sys.executable, "-m", "tracetap.cli", "image", "build", "--harness", "pi", "--podman"],
+                           env=env, capture_output=True, text=True, timeout=1800)
+    assert built.returncode == 0, built.stderr
+    tag = built.stdout.strip().splitlines()[-1]
+    client = docker.DockerClient(base_url=podman_host)
+    try:
+        out = client.containers.run(tag, ["bash", "-lc", "pi --version && id -u"], remove=True,
+                                    network_mode="none")
+    finally:
+        client.close()
+    assert out.decode().split()[-1] == "0"  # root in the container: the unprivileged user outside
