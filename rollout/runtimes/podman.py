@@ -58,6 +58,7 @@ class PodmanHost(DockerHost):
         self.base_url = base_url or podman_url()
         super().__init__(node_id, self.base_url)
         self.service_uid = _socket_owner(self.base_url)
+        self.cgroup_version = str(self.client.info().get("CgroupVersion", ""))
 
     async def sweep(self) -> int:
         """Remove this node id's containers and link folder (a crashed predecessor's)."""
@@ -92,14 +93,26 @@ class PodmanRuntime(DockerRuntime):
 
     host: PodmanHost
 
-    def _network_options(self) -> dict:
-        return {"network_mode": "host" if self.network is None else "none"}
+    def _create(self):
+        try:
+            return super()._create()
+        except docker.errors.APIError as exc:
+            if "permission denied" not in str(exc.explanation):
+                raise
+            raise RuntimeUnavailable(f"the podman user cannot reach {self.session_dir}: every folder above it "
+                                     f"must be searchable by that user (o+x): {exc.explanation}") from None
 
     def _options(self) -> dict:
+        if (self.spec.cpus or self.spec.memory_mb) and self.host.cgroup_version == "1":
+            raise RuntimeUnavailable("rootless podman on cgroup v1 cannot enforce runtime.cpus or memory_mb (it "
+                                     "would ignore them): leave them out, or use the docker backend")
         options = super()._options()
         if self.network is not None:
             options["volumes"][str(self.network.folder)] = {"bind": LINK_MOUNT, "mode": "ro"}
         return options
+
+    def _network_options(self) -> dict:
+        return {"network_mode": "host" if self.network is None else "none"}
 
     def _command(self) -> list[str]:
         if self.network is None:

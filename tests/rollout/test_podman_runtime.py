@@ -22,6 +22,7 @@ from tracetap.rollout.images.rootfs import ensure_rootfs
 from tracetap.rollout.models import SessionContext, SessionStatus, TaskRequest, new_session_id
 from tracetap.rollout.node import GatewayNode, NodeConfig
 from tracetap.rollout.runtimes import NodeRuntimes
+from tracetap.rollout.runtimes.base import RuntimeUnavailable
 from tracetap.rollout.runtimes.podman import podman_url
 from tracetap.store import connect
 
@@ -180,3 +181,24 @@ def test_image_build_loads_the_base_image_into_podman(podman_host: str, docker_h
     finally:
         client.close()
     assert out.decode().split()[-1] == "0"  # root in the container: the unprivileged user outside
+
+
+@pytest.mark.parametrize(("where", "spec", "words"), [
+    ("private", {}, "must be searchable by that user"),
+    ("open", {"cpus": 1.0, "memory_mb": 256}, "cannot enforce runtime.cpus or memory_mb"),
+])
+def test_what_rootless_cannot_do_is_a_clear_error(image: str, roots: Path, where: str, spec: dict,
+                                                  words: str) -> None:
+    """A sessions root the podman user cannot search; limits that cgroup v1 rootless would silently drop."""
+    with docker.DockerClient(base_url=podman_url()) as client:
+        if spec and client.info().get("CgroupVersion") != "1":
+            pytest.skip("cgroup v2: rootless podman can enforce limits here")
+    root = roots / where
+    root.mkdir(mode=0o700 if where == "private" else 0o755)
+
+    async def scenario(runtime):
+        raise AssertionError("the runtime started")
+
+    with pytest.raises(RuntimeUnavailable, match=words):
+        asyncio.run(session(root / "sessions", f"pm-{where}", scenario, backend="podman", image=image, **spec))
+    assert containers(f"pm-{where}") == []
