@@ -15,6 +15,7 @@ is the user on the host, so no process of a session holds a host privilege. What
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 import shutil
@@ -58,7 +59,11 @@ class PodmanHost(DockerHost):
         self.base_url = base_url or podman_url()
         super().__init__(node_id, self.base_url)
         self.service_uid = _socket_owner(self.base_url)
-        self.cgroup_version = str(self.client.info().get("CgroupVersion", ""))
+
+    @functools.cached_property
+    def cgroup_version(self) -> str:
+        """The engine's cgroup version ("1" or "2"), asked once from a worker thread (container options need it)."""
+        return str(self.client.info().get("CgroupVersion", ""))
 
     async def sweep(self) -> int:
         """Remove this node id's containers and link folder (a crashed predecessor's)."""
