@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# podman.sh start|stop|env: rootless podman's Docker-compatible API service, run by an unprivileged user.
+# podman.sh start|stop|env|user: rootless podman's Docker-compatible API service, run by an unprivileged user.
 # As root, `start` installs Debian's podman (with uidmap, slirp4netns, fuse-overlayfs, catatonit), creates
 # the user with its subordinate uid/gid range (both idempotent), and starts `podman system service` as that
-# user on a private socket. The user's image store persists across runs; the service is stopped by its pid.
+# user on a private socket. The user's image store persists across runs; the service is stopped by its process group.
 set -euo pipefail
 USER_NAME=${TRACETAP_PODMAN_USER:-tracetap-rootless}
 RUN=${TRACETAP_PODMAN_RUN:-/run/tracetap-podman}
@@ -26,13 +26,18 @@ create_user() {
     id "$USER_NAME" >/dev/null 2>&1 || { need_root "creating $USER_NAME"; useradd --create-home --shell /bin/bash "$USER_NAME"; }
     grep -q "^$USER_NAME:" /etc/subuid 2>/dev/null || usermod --add-subuids "$SUBIDS" "$USER_NAME"
     grep -q "^$USER_NAME:" /etc/subgid 2>/dev/null || usermod --add-subgids "$SUBIDS" "$USER_NAME"
-    # Without this podman 4.3 may settle on `vfs`, which copies the whole image for every container (~10 s).
+    # Without this podman 4.3 may settle on `vfs`, which copies the whole image for every container (12-14 s).
     local home; home=$(getent passwd "$USER_NAME" | cut -d: -f6)
-    if [ ! -f "$home/.config/containers/storage.conf" ]; then
-        install -d -o "$USER_NAME" -g "$USER_NAME" "$home/.config" "$home/.config/containers"
-        printf '[storage]\ndriver = "overlay"\n' >"$home/.config/containers/storage.conf"
-        chown "$USER_NAME:" "$home/.config/containers/storage.conf"
-    fi
+    user_conf "$home" storage.conf '[storage]\ndriver = "overlay"\n'
+    # Each exec's conmon otherwise lingers 5 minutes after the command ended (for `exec inspect`).
+    user_conf "$home" containers.conf '[engine]\nexit_command_delay = 10\n'
+}
+
+user_conf() {  # $1: home, $2: file under ~/.config/containers, $3: printf format of its content; kept if present
+    [ -f "$1/.config/containers/$2" ] && return
+    install -d -o "$USER_NAME" -g "$USER_NAME" "$1/.config" "$1/.config/containers"
+    printf "$3" >"$1/.config/containers/$2"
+    chown "$USER_NAME:" "$1/.config/containers/$2"
 }
 
 # Everything podman runs as the user: no login session, so XDG_RUNTIME_DIR is our private run dir.
