@@ -19,4 +19,5 @@ fi
 "$VENV/bin/python" -m pytest -q -m soak tests/capture/test_gateway_soak.py
 "$VENV/bin/python" -m pytest -q -m harness tests/harness
 "$VENV/bin/python" -m pytest -q -m docker tests/images tests/rollout/test_docker_runtime.py tests/rollout/test_docker_rollout.py \
-    tests/rollout/test_docker_evaluators.py
+    tests/rollout/test_docker_evaluators.py tests/tracetap/test_demo.py
+"$VENV/bin/python" -m pytest -q -m podman tests/rollout/test_podman_runtime.py

@@ -88,3 +88,11 @@ def image_build(docker_host: str):
     from docker_daemon import image_build
 
     return functools.partial(image_build, docker_host, IMAGES_CACHE)
+
+
+@pytest.fixture(scope="session")
+def podman_host() -> str:
+    """Rootless podman's Docker-compatible API, run by an unprivileged user (see tests/podman_service.py)."""
+    from podman_service import podman_service
+
+    yield from podman_service()

@@ -5,7 +5,7 @@ in scripted mode, one node, the built-in agent preset): task -> sessions -> harn
 build -> `test_on_output` -> callback to a local receiver; then the per_request build for comparison,
 the Parquet export, a SQL summary and an HTML report. The last of several samples gets a stricter
 test, so rewards differ. `--harness NAME` runs the same task with a real CLI preset instead of the
-built-in agent.
+built-in agent; `--runtime docker` runs the built-in agent's sessions in Docker containers.
 """
 
 from __future__ import annotations
@@ -72,7 +72,7 @@ def demo_data() -> Path:
 
 
 def run_sessions(result: DemoResult, sessions: int, say: Callable[[str], None],
-                 harness: str | None = None) -> None:
+                 harness: str | None = None, image: str | None = None) -> None:
     """Submit the task to an in-process rollout server and wait for its callback."""
     from tracetap.rollout.callbacks import LocalReceiver
     from tracetap.rollout.client import RolloutClient
@@ -81,7 +81,7 @@ def run_sessions(result: DemoResult, sessions: int, say: Callable[[str], None],
     with rollout_server(serve_config(result, sessions, harness)) as server, LocalReceiver() as receiver:
         say(f"rollout server on {server.url} (one node, embedded engine, scripted for {harness or 'builtin'})")
         client = RolloutClient(server.url)
-        accepted = client.submit(demo_task(sessions, receiver.url, harness or "builtin"))
+        accepted = client.submit(demo_task(sessions, receiver.url, harness or "builtin", image))
         say(f"task {accepted.task_id}: {len(accepted.session_ids)} sessions submitted")
         done = client.wait(accepted.task_id)
         client.close()
@@ -114,9 +114,10 @@ def serve_config(result: DemoResult, sessions: int, harness: str | None):
     return ServeConfig(result.store, script=script, gateway_args=GATEWAY_ARGS, run_workers=1, postrun_workers=2)
 
 
-def demo_task(sessions: int, callback_url: str, harness: str = "builtin"):
+def demo_task(sessions: int, callback_url: str, harness: str = "builtin", image: str | None = None):
     """The fix-the-failing-test task as a TaskRequest; the last sample (of several) gets a stricter test
-    that the fix cannot satisfy, so rewards differ."""
+    that the fix cannot satisfy, so rewards differ. With `image`, each session runs in a Docker container
+    from it, and the evaluator runs the tests there with the image's Python."""
     from tracetap.rollout.harnesses import cli_harness
     from tracetap.rollout.models import TaskRequest
 
@@ -124,12 +125,13 @@ def demo_task(sessions: int, callback_url: str, harness: str = "builtin"):
     stricter = f"if [ \"$SAMPLE_INDEX\" = {last} ]; then sed -i 's/== 6/== 7/' test_calc.py; fi"
     prepare = [{"type": "upload_dir", "source": str(demo_data() / "project"), "target": "."},
                {"type": "exec", "command": stricter}]
-    test_command = shlex.join([sys.executable, "-m", "pytest", "-v", "-p", "no:cacheprovider"])
+    runtime = {"prepare": prepare, **({"backend": "docker", "image": image} if image else {})}
+    python = "python" if image else sys.executable
+    test_command = shlex.join([python, "-m", "pytest", "-v", "-p", "no:cacheprovider"])
     agent = {"harness": "builtin", "settings": {"max_turns": 12}} if harness == "builtin" else {
         "harness": cli_harness(harness).name}
     return TaskRequest(task_id=TASK_ID, instruction=TASK, num_samples=sessions, timeout_seconds=300,
-                       runtime={"prepare": prepare}, agent=agent, builder="prefix_merging",
-                       callback_url=callback_url,
+                       runtime=runtime, agent=agent, builder="prefix_merging", callback_url=callback_url,
                        evaluator={"name": "test_on_output", "config": {"test_command": test_command,
                                                                        "expected": EXPECTED}})
 
@@ -173,13 +175,29 @@ def write_html_report(store_dir: Path, out_file: Path) -> Path:
     return write_report(store_dir, out_file, decode_token)
 
 
+def demo_image(say: Callable[[str], None]) -> str:
+    """The built-in agent's image in the Docker engine at $DOCKER_HOST (built unless it exists); ImageError
+    when no engine answers or the build fails."""
+    from tracetap.rollout.images.agent import build_agent_image
+    from tracetap.rollout.images.daemon import connect
+
+    client = connect()
+    try:
+        tag = build_agent_image(client, say)
+    finally:
+        client.close()
+    say(f"image {tag} (the built-in agent, openai SDK, pytest)")
+    return tag
+
+
 def run_demo(out_dir: Path, sessions: int = 3, say: Callable[[str], None] = print,
-             harness: str | None = None) -> DemoResult:
+             harness: str | None = None, image: str | None = None) -> DemoResult:
+    """`image`: run the built-in agent's sessions in Docker containers from it (see `demo_image`)."""
     if out_dir.exists():
         shutil.rmtree(out_dir)
     out_dir.mkdir(parents=True)
     result = DemoResult(out_dir=out_dir, store=out_dir / "store")
-    run_sessions(result, sessions, say, harness)
+    run_sessions(result, sessions, say, harness, image)
     process(result, say)
     (out_dir / "summary.json").write_text(json.dumps(result.summary, indent=2, default=str))
     return result
