@@ -55,15 +55,17 @@ def test_demo_summary_matches_store(tmp_path):
 
 
 @pytest.mark.docker
-def test_demo_in_docker_gives_the_same_rewards_and_leaves_no_container(docker_host, tmp_path):
+def test_demo_in_docker_gives_the_same_rewards_and_leaves_no_container(docker_host, images_cache, tmp_path):
     import docker
 
     out = tmp_path / "demo"
-    done = demo(out, "--runtime", "docker")
+    done = demo(out, "--runtime", "docker", TRACETAP_IMAGES_DIR=str(images_cache))
     assert done.returncode == 0, done.stderr[-3000:]
     assert rewards(out) == REWARDS
     for session in (out / "sessions").iterdir():  # every command ran as a docker exec (it left its pid file)
-        assert len(list((session / ".tracetap").glob("*.pid"))) == 2  # the prepare step and the agent
+        # the prepare step, the agent and test_on_output's test run
+        assert len(list((session / ".tracetap").glob("*.pid"))) == 3
+        assert "test_calc.py::test_add PASSED" in (session / "logs" / "eval" / "test_on_output.stdout.log").read_text()
         agent = (session / "logs" / "agent" / "agent.stdout.log").read_text()
         assert '"tool_calls": ["run_shell", "run_shell", "write_file", "run_shell"]' in agent
     client = docker.from_env()
