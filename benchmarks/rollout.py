@@ -34,12 +34,14 @@ from tracetap.launch import start_gateway
 WORKLOADS = ("no-op", "prepare=run")
 
 
-def task_body(task_id: str, workload: str, sessions: int, step: float, callback: str) -> dict:
+def task_body(task_id: str, workload: str, sessions: int, step: float, callback: str,
+              runtime: dict | None = None) -> dict:
+    """`runtime`: more RuntimeSpec fields (a container backend and its image); default the local runtime."""
     prepare = [{"type": "exec", "command": f"sleep {step}"}] if workload == "prepare=run" else []
     command = f"sleep {step}" if workload == "prepare=run" else "true"
     return {"task_id": task_id, "instruction": "benchmark", "num_samples": sessions, "timeout_seconds": 600,
-            "runtime": {"prepare": prepare}, "agent": {"harness": "shell", "settings": {"command": command}},
-            "callback_url": callback}
+            "runtime": {"prepare": prepare, **(runtime or {})},
+            "agent": {"harness": "shell", "settings": {"command": command}}, "callback_url": callback}
 
 
 def utilisation(results: list[dict], run_workers: int) -> float:
@@ -49,21 +51,25 @@ def utilisation(results: list[dict], run_workers: int) -> float:
 
 
 def measure(gateway_url: str, store: Path, work: Path, workload: str, run_workers: int, sessions: int,
-            step: float) -> dict:
+            step: float, runtime: dict | None = None) -> dict:
+    backend = (runtime or {}).get("backend", "local")
     nodes = lambda: [GatewayNode(NodeConfig(store=store, sessions_root=work / "sessions", gateway_url=gateway_url,  # noqa: E731
-                                            init_workers=run_workers, run_workers=run_workers))]
-    task_id = f"bench-{workload.replace('=', '-')}-{run_workers}"
+                                            init_workers=run_workers, run_workers=run_workers,
+                                            node_id=f"bench-{backend}"))]
+    task_id = f"bench-{backend}-{workload.replace('=', '-')}-{run_workers}"
     with BackgroundServer(create_app(store, nodes)) as server, LocalReceiver() as receiver, \
             httpx.Client(base_url=server.url, trust_env=False, timeout=30) as client:
         started = time.time()
-        client.post("/tasks", json=task_body(task_id, workload, sessions, step, receiver.url)).raise_for_status()
+        body = task_body(task_id, workload, sessions, step, receiver.url, runtime)
+        client.post("/tasks", json=body).raise_for_status()
         receiver.arrived.wait(600)
         wall = time.time() - started
     results = receiver.bodies[0]["results"]
     assert all(r["status"] == "COMPLETED" for r in results), [r["error"] for r in results]
     serial_noop = run_workers == 1 and workload == "no-op"
     harness_s = sum(r["timeline"]["run_end"] - r["timeline"]["run_start"] for r in results)
-    return {"workload": workload, "run_workers": run_workers, "sessions": sessions, "wall_s": round(wall, 3),
+    return {"runtime": backend, "workload": workload, "run_workers": run_workers, "sessions": sessions,
+            "wall_s": round(wall, 3),
             "sessions_per_min": round(sessions / wall * 60, 1),
             "run_utilisation": round(utilisation(results, run_workers), 3),
             "machinery_ms_per_session": round((wall - harness_s) / sessions * 1000, 1) if serial_noop else None}

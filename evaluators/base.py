@@ -14,13 +14,18 @@ import math
 from dataclasses import dataclass, field
 from numbers import Real
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from tracetap.store.paths import validate_name
+
+if TYPE_CHECKING:
+    from tracetap.evaluators.runtime import EvalRuntime
 
 BUILTINS = {
     "session_completed": "tracetap.evaluators.session_completed:SessionCompleted",
     "test_on_output": "tracetap.evaluators.test_on_output:TestOnOutput",
+    "harbor": "tracetap.evaluators.harbor:Harbor",
+    "swebench": "tracetap.evaluators.swebench:SweBench",
 }
 
 
@@ -33,7 +38,10 @@ class EvalInput:
     """One session, as an evaluator sees it.
 
     `trajectory` holds the session's trajectory rows of one builder (by trace_index, possibly empty);
-    `completions` its completion rows in seq order (token arrays and JSON bodies included).
+    `completions` its completion rows in seq order (token arrays and JSON bodies included). In a rollout,
+    `runtime` is the session's live runtime, `fresh_runtime` a second one from the same image (only for an
+    evaluator that sets `needs_fresh_runtime`), and `logs_dir` the host folder for its own logs
+    (the session's `logs/eval`); all three are None offline.
     """
 
     session_id: str
@@ -44,12 +52,22 @@ class EvalInput:
     timeout_seconds: float
     config: dict[str, Any]
     session: dict = field(default_factory=dict)
+    runtime: EvalRuntime | None = None
+    fresh_runtime: EvalRuntime | None = None
+    logs_dir: Path | None = None
 
 
 def check_reward(value: object, what: str = "reward") -> float:
     """A finite real number as float; bools and NaN/inf are rejected (they are bugs, not scores)."""
     if isinstance(value, bool) or not isinstance(value, Real) or not math.isfinite(value):
         raise EvaluatorError(f"{what} must be a finite number, got {value!r}")
+    return float(value)
+
+
+def positive_seconds(value: object, what: str) -> float:
+    """A config timeout: a positive number of seconds, as float."""
+    if isinstance(value, bool) or not isinstance(value, Real) or not value > 0:
+        raise EvaluatorError(f"{what} must be a positive number of seconds, got {value!r}")
     return float(value)
 
 
@@ -76,9 +94,14 @@ class EvalResult:
 
 
 class Evaluator:
-    """Base class. Subclasses set `name` and implement `evaluate`; `check_config` validates early."""
+    """Base class. Subclasses set `name` and implement `evaluate`; `check_config` validates early.
+
+    `needs_fresh_runtime`: a rollout node starts a second runtime from the session's image when RUN starts
+    (ready by POSTRUN, off the critical path) and hands it over as `EvalInput.fresh_runtime`.
+    """
 
     name: ClassVar[str] = ""
+    needs_fresh_runtime: ClassVar[bool] = False
 
     def check_config(self, config: dict[str, Any]) -> dict[str, Any]:
         """The config with defaults filled in, or EvaluatorError. Runs once, before any session."""

@@ -2,6 +2,7 @@
 
 Each session gets its rows (session, completions, one builder's trajectory) and its workspace:
 `--workspace-root DIR` gives `DIR/<session_id>`; otherwise the session's metadata `workspace` path.
+In a rollout the node also hands over the session's runtimes and its eval logs folder (`SessionTools`).
 An evaluator that raises still leaves a reward row (reward null, `error` in the details), so a
 failed evaluation is visible and the reward join turns it into an error instead of a silent gap.
 """
@@ -16,9 +17,22 @@ from typing import Any
 
 import duckdb
 from tracetap.evaluators.base import EvalInput, EvalResult, EvaluatorError, create, evaluator_name
+from tracetap.evaluators.runtime import EvalRuntime
 from tracetap.store import connect, validate_session_id, write_session_table
 
 DEFAULT_BUILDER = "prefix_merging"
+
+
+@dataclass(frozen=True)
+class SessionTools:
+    """What a rollout gives the evaluator of its one session beyond the store (see EvalInput)."""
+
+    runtime: EvalRuntime | None = None
+    fresh_runtime: EvalRuntime | None = None
+    logs_dir: Path | None = None
+
+
+NO_TOOLS = SessionTools()  # offline: no runtime, no logs folder
 
 
 @dataclass(frozen=True)
@@ -84,12 +98,13 @@ class EvaluationJob:
 
     def __init__(self, root: Path | str, spec: str, config: dict[str, Any], *,
                  session_ids: list[str] | None = None, builder: str = DEFAULT_BUILDER,
-                 workspace_root: Path | None = None, timeout: float = 600.0) -> None:
+                 workspace_root: Path | None = None, timeout: float = 600.0,
+                 tools: SessionTools = NO_TOOLS) -> None:
         self.root = Path(root)
         self.evaluator = create(spec)
         self.name = evaluator_name(type(self.evaluator))
         self.config = self.evaluator.check_config(config)  # bad config fails before any session runs
-        self.builder, self.workspace_root, self.timeout = builder, workspace_root, timeout
+        self.builder, self.workspace_root, self.timeout, self.tools = builder, workspace_root, timeout, tools
         self.con = connect(self.root)
         self.sessions = session_rows(self.con, session_ids)
 
@@ -98,7 +113,8 @@ class EvaluationJob:
         return EvalInput(session_id=session["session_id"], task_id=session.get("task_id"),
                          workspace=workspace_for(session, self.workspace_root), trajectory=trajectory,
                          completions=completions, timeout_seconds=self.timeout, config=self.config,
-                         session=session)
+                         session=session, runtime=self.tools.runtime, fresh_runtime=self.tools.fresh_runtime,
+                         logs_dir=self.tools.logs_dir)
 
     def reward_row(self, inp: EvalInput, result: EvalResult | None, error: str | None) -> dict:
         details: dict[str, Any] = dict(result.details) if result else {}

@@ -1,6 +1,8 @@
-"""`test_on_output`: run the task's tests in the session's workspace and compare outcomes.
+"""`test_on_output`: run the task's tests in the session's runtime (or workspace) and compare outcomes.
 
-Config: `test_command` (shell command, run in the workspace), `expected` (map of pytest node id to
+In a rollout the command runs in the session's live runtime (its default working directory, output kept
+in `logs/eval/test_on_output.*.log`); offline, with no runtime, it runs on this host in the workspace.
+Config: `test_command` (shell command), `expected` (map of pytest node id to
 PASSED | FAILED | ERROR | SKIPPED | XFAIL | XPASS; a dict or a JSON string), `scoring` (`fraction`,
 the default: share of expected outcomes met; or `all_or_nothing`), `timeout` (seconds, capped by the
 session's time budget). The exit code is ignored: only the parsed per-test outcomes count, so a run
@@ -130,12 +132,10 @@ class TestOnOutput(Evaluator):
                 "scoring": scoring, "timeout": _timeout(config.get("timeout"))}
 
     def evaluate(self, inp: EvalInput) -> EvalResult:
-        if inp.workspace is None or not inp.workspace.is_dir():
-            raise EvaluatorError(f"test_on_output: no workspace directory for session {inp.session_id}")
         config = inp.config
         timeout = min(t for t in (config["timeout"], inp.timeout_seconds) if t is not None)
         started = time.monotonic()
-        output, exit_code, timed_out = run_command(config["test_command"], inp.workspace, timeout)
+        output, exit_code, timed_out = self._run(inp, timeout)
         details = {"exit_code": exit_code, "timed_out": timed_out, "timeout_s": timeout,
                    "duration_s": round(time.monotonic() - started, 3),
                    "output_tail": output[-OUTPUT_TAIL_CHARS:]}
@@ -143,3 +143,14 @@ class TestOnOutput(Evaluator):
             return EvalResult(reward=0.0, details={**details, "expected": len(config["expected"]), "met": 0})
         reward, comparison = score(config["expected"], parse_test_output(output), config["scoring"])
         return EvalResult(reward=reward, details={**details, **comparison})
+
+    def _run(self, inp: EvalInput, timeout: float) -> tuple[str, int | None, bool]:
+        """(stdout+stderr, exit code, timed out) of the test command, in the runtime when there is one."""
+        command = inp.config["test_command"]
+        if inp.runtime is not None:
+            done = inp.runtime.exec(f"(\n{command}\n) 2>&1", timeout=timeout, log_name="eval/test_on_output")
+            return done.stdout + done.stderr, None if done.timed_out else done.returncode, done.timed_out
+        if inp.workspace is None or not inp.workspace.is_dir():
+            raise EvaluatorError(f"test_on_output: no runtime and no workspace directory for session "
+                                 f"{inp.session_id}")
+        return run_command(command, inp.workspace, timeout)

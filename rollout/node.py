@@ -5,8 +5,9 @@ Each stage has its own pool of asyncio workers fed by a queue. READY is bounded 
 session, so preparation of the next sessions overlaps the current runs without piling up prepared
 runtimes. One budget per session (`timeout_seconds`) runs from the start of INIT to the end of
 POSTRUN; a harness out of budget still goes through POSTRUN (its calls are built: a partial
-trajectory, status TIMEOUT), which gets at least `postrun_grace` seconds. POSTRUN ends the session's
-processes, closes it in the store (compaction), builds it, evaluates it and joins the reward into its
+trajectory, status TIMEOUT), which gets at least `postrun_grace` seconds. POSTRUN closes the session in
+the store (compaction), builds it, evaluates it (in its live runtime, and in a fresh one started during
+RUN when the evaluator asks: rollout/eval_runtime.py), ends its processes and joins the reward into its
 traces. A queued, ready or running session can be cancelled: torn down, CANCELLED.
 
 Every public method is async, so the same class serves in-process and as a Ray actor.
@@ -19,17 +20,18 @@ import logging
 import uuid
 from collections import Counter
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from functools import partial
 from pathlib import Path
 
-from tracetap.rollout import postrun
+from tracetap.rollout import eval_runtime, postrun
 from tracetap.rollout.gateway_host import GatewayError, GatewayHost
 from tracetap.rollout.harnesses import HARNESSES
 from tracetap.rollout.harnesses.base import HarnessContext, Step, gateway_env
 from tracetap.rollout.models import PrepareAction, SessionContext, SessionResult, SessionStatus
 from tracetap.rollout.node_api import NodeStats
 from tracetap.rollout.runtimes import NodeRuntimes, RuntimeUnavailable
-from tracetap.rollout.runtimes.base import ExecResult
+from tracetap.rollout.runtimes.base import ExecResult, Runtime
 from tracetap.rollout.session_run import SessionRun, Stage, StageFailure
 from tracetap.store.paths import validate_session_id
 
@@ -217,8 +219,7 @@ class GatewayNode:
             settings=task.agent.settings, contained=task.runtime.backend != "local")
         await self.gateway.register(run.session_id, task.task_id, task.agent.harness, self._metadata(run))
         run.registered = True
-        for number, action in enumerate(task.runtime.prepare):
-            await self._prepare_action(run, number, action)
+        await self._prepare_runtime(run, run.runtime)
 
     def _metadata(self, run: SessionRun) -> dict:
         """What the sessions row carries: the host workspace (the evaluator runs there) and provenance."""
@@ -227,24 +228,31 @@ class GatewayNode:
         metadata = {"workspace": str(workspace), "sample_index": run.ctx.sample_index, "node_id": self.id}
         return {**metadata, "task_metadata": run.task.metadata} if run.task.metadata else metadata
 
-    async def _prepare_action(self, run: SessionRun, number: int, action: PrepareAction) -> None:
+    async def _prepare_runtime(self, run: SessionRun, runtime: Runtime) -> None:
+        """The task's prepare actions, in the session's runtime (INIT) or its fresh evaluation runtime."""
+        for number, action in enumerate(run.task.runtime.prepare):
+            await self._prepare_action(run, runtime, number, action)
+
+    async def _prepare_action(self, run: SessionRun, runtime: Runtime, number: int, action: PrepareAction) -> None:
         if action.type != "exec":
             try:
-                await run.runtime.upload(Path(action.source), action.target)
+                await runtime.upload(Path(action.source), action.target)
             except (OSError, ValueError) as exc:  # a missing source, a target outside the session
                 raise StageFailure(SessionStatus.ERROR, f"prepare step {number}: {exc}") from None
             return
-        result = await run.runtime.exec(action.command, env={**self._runtime_env(run), **action.env},
-                                        log_name=f"prepare.{number:02d}", cwd=action.cwd, timeout=run.remaining())
+        result = await runtime.exec(action.command, env={**self._runtime_env(run, runtime), **action.env},
+                                    log_name=f"prepare.{number:02d}", cwd=action.cwd, timeout=run.remaining())
         if result.timed_out:
             raise StageFailure(SessionStatus.TIMEOUT, f"prepare step {number} ran out of the time budget")
         if result.returncode != 0:
-            raise StageFailure(SessionStatus.ERROR, f"prepare step {number} exited with {result.returncode} "
-                                                    f"(see {result.stderr_path})")
+            raise StageFailure(SessionStatus.ERROR, f"prepare step {number} exited with {result.returncode}"
+                                                    f"{last_line(result.stderr_path)} (see {result.stderr_path})")
 
-    def _runtime_env(self, run: SessionRun) -> dict[str, str]:
-        """The env of every prepare, run and post-run command (reference system §5.6), then the spec's."""
-        return {**gateway_env(run.harness_ctx), "SAMPLE_INDEX": str(run.ctx.sample_index), **run.task.runtime.env}
+    def _runtime_env(self, run: SessionRun, runtime: Runtime | None = None) -> dict[str, str]:
+        """The env of every prepare, run and post-run command (reference system §5.6), then the spec's; its
+        folders are those of `runtime` (default: the session's own)."""
+        ctx = run.harness_ctx if runtime is None else replace(run.harness_ctx, layout=runtime.layout)
+        return {**gateway_env(ctx), "SAMPLE_INDEX": str(run.ctx.sample_index), **run.task.runtime.env}
 
     def _agent_env(self, run: SessionRun) -> dict[str, str]:
         """Run and post-run steps add the preset's env and the task's agent env."""
@@ -256,6 +264,8 @@ class GatewayNode:
     async def _run_stage(self, run: SessionRun) -> None:
         self._leave_ready(run)
         run.enter(Stage.RUN, SessionStatus.RUNNING, "run_start")
+        if eval_runtime.needs_fresh_runtime(run):  # off the critical path: ready by POSTRUN
+            run.fresh = eval_runtime.FreshRuntime(run, self.runtimes, partial(self._prepare_runtime, run))
         try:
             await self._run_harness(run)
         except Exception as exc:  # a preset refusing its settings, a file it could not write, ...
@@ -298,19 +308,18 @@ class GatewayNode:
         await self._finish(run, run.verdict)
 
     async def _wrap_up(self, run: SessionRun, deadline: float) -> None:
-        """Post-run steps, end every process, close, build, evaluate, join: in that order, so nothing
-        changes the workspace while it is scored."""
+        """Post-run steps, close, build, evaluate (the runtime still up), end every process, join."""
         harness = HARNESSES[run.task.agent.harness]
         for step in harness.postrun_steps(run.harness_ctx):  # e.g. copying transcripts: never the verdict
             result = await self._step(run, step, max(0.0, deadline - asyncio.get_running_loop().time()))
             if result.returncode != 0:
                 logger.warning("session %s: post-run step %s exited with %s", run.session_id, step.name,
                                result.returncode)
-        await run.runtime.teardown()
         has_calls = await self.gateway.close_session(run.session_id)
         if has_calls:
             await self._build(run)
         score = await self._evaluate(run, deadline) if run.task.evaluator else None
+        await run.runtime.teardown()
         if has_calls:
             rollout = {"status": str(run.verdict), "error": run.error, "node_id": self.id}
             await asyncio.to_thread(postrun.finish_traces, self.store, run.session_id, run.task.builder, score,
@@ -322,11 +331,16 @@ class GatewayNode:
         run.prompt_tokens, run.completion_tokens = await asyncio.to_thread(postrun.token_totals, self.store,
                                                                            run.session_id)
 
-    async def _evaluate(self, run: SessionRun, deadline: float) -> postrun.SessionScore:
+    async def _evaluate(self, run: SessionRun, deadline: float) -> postrun.SessionScore | None:
         run.status = SessionStatus.EVALUATING
+        try:
+            tools = await eval_runtime.session_tools(run, partial(self._runtime_env, run))
+        except eval_runtime.FreshRuntimeError as exc:
+            run.verdict, run.error = SessionStatus.ERROR, str(exc)
+            return None
         timeout = max(1.0, deadline - asyncio.get_running_loop().time())
         score = await asyncio.to_thread(postrun.score_session, self.store, run.session_id, run.task.builder,
-                                        run.task.evaluator, timeout)
+                                        run.task.evaluator, timeout, tools)
         run.reward = score.reward
         if score.error and run.verdict is SessionStatus.COMPLETED:  # no usable reward: not a completed sample
             run.verdict, run.error = SessionStatus.ERROR, f"evaluator failed: {score.error}"
@@ -354,9 +368,17 @@ class GatewayNode:
     async def _release(self, run: SessionRun, close: bool) -> None:
         """Best-effort cleanup of a session that did not get through POSTRUN (or failed in it)."""
         try:
+            if run.fresh is not None:
+                await run.fresh.close()
             if run.runtime is not None:
                 await run.runtime.teardown()
             if close and run.registered:
                 await self.gateway.close_session(run.session_id)
         except (GatewayError, OSError) as exc:
             logger.warning("cleanup of session %s: %s", run.session_id, exc)
+
+
+def last_line(path: Path, limit: int = 300) -> str:
+    """`: <the last non-empty line of a log>` (the reason a command gave), or '' when it said nothing."""
+    lines = path.read_text(errors="replace").strip().splitlines() if path.exists() else []
+    return f": {lines[-1][-limit:]}" if lines else ""

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from tracetap.builders.rewards import add_metadata, join_session
 from tracetap.builders.runner import OUTPUT_FILE, build
-from tracetap.evaluators.runner import SessionScore, evaluate_store
+from tracetap.evaluators.runner import NO_TOOLS, SessionScore, SessionTools, evaluate_store
 from tracetap.rollout.models import EvaluatorSpec
 from tracetap.store.files import read_parquet
 from tracetap.store.paths import session_dir, session_file
@@ -33,10 +33,10 @@ def token_totals(store: Path, session_id: str) -> tuple[int, int]:
 
 
 def score_session(store: Path, session_id: str, builder: str, evaluator: EvaluatorSpec,
-                  timeout: float) -> SessionScore:
-    """Evaluate one session (its workspace is in its registered metadata) and write its rewards row."""
+                  timeout: float, tools: SessionTools = NO_TOOLS) -> SessionScore:
+    """Evaluate one session (with its runtimes, when given) and write its rewards row."""
     [score] = evaluate_store(store, evaluator.name, evaluator.config, session_ids=[session_id], builder=builder,
-                             timeout=timeout)
+                             timeout=timeout, tools=tools)
     return score
 
 

@@ -1,7 +1,8 @@
 """One session's state on a node: where it is in the pipeline, its budget, runtime, and stage timestamps.
 
 The timeline holds unix times of `queued`, `init_start`, `init_end`, `ready`, `run_start`, `run_end`,
-`postrun_start`, `postrun_end` and `end` (those the session reached): the Timing of its result is
+`postrun_start`, `postrun_end` and `end` (those the session reached; plus `eval_runtime_start` and
+`eval_runtime_ready` when its evaluator asked for a fresh runtime): the Timing of its result is
 derived from it, and it is returned whole so overlap between sessions can be measured.
 """
 
@@ -13,10 +14,14 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from enum import StrEnum
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from tracetap.rollout.harnesses.base import HarnessContext
 from tracetap.rollout.models import SessionContext, SessionResult, SessionStatus, TaskRequest, Timing
 from tracetap.rollout.runtimes.base import Runtime
+
+if TYPE_CHECKING:
+    from tracetap.rollout.eval_runtime import FreshRuntime
 
 
 class Stage(StrEnum):
@@ -52,6 +57,7 @@ class SessionRun:
     timeline: dict[str, float] = field(default_factory=dict)
     deadline: float | None = None  # event-loop time at which the budget ends (set when INIT starts)
     runtime: Runtime | None = None
+    fresh: FreshRuntime | None = None  # the evaluation runtime, when the evaluator asks for one
     harness_ctx: HarnessContext | None = None
     registered: bool = False
     verdict: SessionStatus = SessionStatus.COMPLETED  # what RUN leaves POSTRUN: COMPLETED, TIMEOUT or ERROR

@@ -18,5 +18,7 @@ fi
 "$VENV/bin/python" -m pytest -q -m fuzz tests/capture
 "$VENV/bin/python" -m pytest -q -m soak tests/capture/test_gateway_soak.py
 "$VENV/bin/python" -m pytest -q -m harness tests/harness
-"$VENV/bin/python" -m pytest -q -m docker tests/images tests/rollout/test_docker_runtime.py tests/rollout/test_docker_rollout.py
+"$VENV/bin/python" -m pytest -q -m docker tests/images tests/rollout/test_docker_runtime.py tests/rollout/test_docker_rollout.py \
+    tests/rollout/test_docker_evaluators.py tests/tracetap/test_demo.py
+"$VENV/bin/python" -m pytest -q -m podman tests/rollout/test_podman_runtime.py
 "$VENV/bin/python" -m pytest -q -m ray tests/rollout/test_ray.py

@@ -70,15 +70,16 @@ class CliSession:
                 f"{self.agent_output()[-3000:]}\n--- gateway log\n{self.gateway_log[-3000:]}")
 
 
-def run_cli_session(name: str, root: Path, plain_base_url: bool = False) -> CliSession:
+def run_cli_session(name: str, root: Path, plain_base_url: bool = False, runtime: dict | None = None) -> CliSession:
     """One session of `name` on a fresh store. `plain_base_url`: the CLI gets the gateway root without the
-    session's path prefix, so only its API key (the session id) can bind its calls."""
+    session's path prefix, so only its API key (the session id) can bind its calls. `runtime`: the task's
+    runtime spec (default local)."""
     preset = CLI_HARNESSES[name]
     script = write_script(root / "script.jsonl", preset, [COMMAND], FINAL)
     with live.start_gateway(root / "store", "--script", str(script), *GATEWAY_ARGS) as gateway:
         env = {"OPENAI_BASE_URL": f"{gateway.url}/v1"} if plain_base_url else {}
         task = TaskRequest(task_id=f"cli-{name.replace('_', '-')}", instruction=PROMPT, timeout_seconds=TIMEOUT,
-                           agent={"harness": name, "env": env})
+                           agent={"harness": name, "env": env}, runtime=runtime or {})
         ctx = SessionContext(session_id=new_session_id(), task=task)
         result = asyncio.run(_run(GatewayNode(NodeConfig(store=gateway.store, sessions_root=root / "sessions",
                                                          gateway_url=gateway.url)), ctx))

@@ -10,11 +10,17 @@ use the helpers in tests/live.py directly in a module-scoped fixture.
 
 from __future__ import annotations
 
+import functools
 import os
 from pathlib import Path
 
 import live
 import pytest
+from tracetap.rollout.images.base import images_dir
+
+# Read at collection, before the session fixture moves TRACETAP_HOME: the rootfs and npm caches of the
+# container images outlive a run.
+IMAGES_CACHE = images_dir()
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -69,3 +75,24 @@ def docker_host() -> str:
     from docker_daemon import docker_daemon
 
     yield from docker_daemon()
+
+
+@pytest.fixture(scope="session")
+def images_cache() -> Path:
+    return IMAGES_CACHE
+
+
+@pytest.fixture(scope="session")
+def image_build(docker_host: str):
+    """`image_build(*args)` runs `tracetap image build ARGS` in the tier's engine with the lasting cache."""
+    from docker_daemon import image_build
+
+    return functools.partial(image_build, docker_host, IMAGES_CACHE)
+
+
+@pytest.fixture(scope="session")
+def podman_host() -> str:
+    """Rootless podman's Docker-compatible API, run by an unprivileged user (see tests/podman_service.py)."""
+    from podman_service import podman_service
+
+    yield from podman_service()

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -39,3 +40,16 @@ def docker_daemon() -> Iterator[str]:
             os.environ["DOCKER_HOST"] = saved
         if started:
             subprocess.run([str(SCRIPT), "stop"], capture_output=True, timeout=120)
+
+
+def image_build(docker_host: str, cache: Path, *args: str) -> subprocess.CompletedProcess:
+    """`tracetap image build ARGS` against the tier's engine, with the image cache that outlives a run."""
+    env = {**os.environ, "DOCKER_HOST": docker_host, "TRACETAP_IMAGES_DIR": str(cache)}
+    return subprocess.run([sys.executable, "-m", "tracetap.cli", "image", "build", *args], env=env,
+                          capture_output=True, text=True, timeout=1800)
+
+
+def image_tag(built: subprocess.CompletedProcess) -> str:
+    """The tag a successful build printed last."""
+    assert built.returncode == 0, built.stderr
+    return built.stdout.strip().splitlines()[-1]

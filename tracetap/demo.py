@@ -4,12 +4,12 @@ The fix-the-failing-test task goes as one TaskRequest to an in-process rollout s
 in scripted mode, one node, the built-in agent preset): task -> sessions -> harness -> capture ->
 build -> `test_on_output` -> callback to a local receiver; then the per_request build for comparison,
 the Parquet export, a SQL summary and an HTML report. The last of several samples gets a stricter
-test, so rewards differ. `--harness NAME` runs a real CLI on a node instead.
+test, so rewards differ. `--harness NAME` runs the same task with a real CLI preset instead of the
+built-in agent; `--runtime docker` runs the built-in agent's sessions in Docker containers.
 """
 
 from __future__ import annotations
 
-import asyncio
 import json
 import shlex
 import shutil
@@ -20,13 +20,11 @@ from importlib import resources
 from pathlib import Path
 
 from tracetap.agent import AgentRun
-from tracetap.launch import start_gateway
 from tracetap.rollout.harnesses.npm import HarnessError
 from tracetap.rollout.models import TaskResult
 
 TASK_ID = "fix-calc"
 TASK = "The tests in this project fail. Find the bug and fix it, then check that the tests pass."
-TEST_COMMAND = "python -m pytest -v -p no:cacheprovider"
 EXPECTED = {"test_calc.py::test_add": "PASSED", "test_calc.py::test_mul": "PASSED"}
 # With --harness the script asks the CLI's own shell tool for the same fix the built-in agent makes.
 HARNESS_FIX = "sed -i 's/return a - b/return a + b/' calc.py"
@@ -66,34 +64,24 @@ class DemoResult:
     summary: dict = field(default_factory=dict)
     dataset: Path | None = None
     report: Path | None = None
-    task: TaskResult | None = None  # the rollout's result (the built-in agent's path)
+    task: TaskResult | None = None  # the rollout's result
 
 
 def demo_data() -> Path:
     return Path(str(resources.files("tracetap") / "demo_data"))
 
 
-def prepare_workspace(root: Path, session_id: str) -> Path:
-    workspace = root / "workspaces" / session_id
-    shutil.copytree(demo_data() / "project", workspace)
-    return workspace
-
-
 def run_sessions(result: DemoResult, sessions: int, say: Callable[[str], None],
-                 harness: str | None = None) -> None:
-    if harness:
-        run_harness_sessions(result, sessions, say, harness)
-        return
+                 harness: str | None = None, image: str | None = None) -> None:
+    """Submit the task to an in-process rollout server and wait for its callback."""
     from tracetap.rollout.callbacks import LocalReceiver
     from tracetap.rollout.client import RolloutClient
-    from tracetap.rollout.serve import ServeConfig, rollout_server
+    from tracetap.rollout.serve import rollout_server
 
-    config = ServeConfig(result.store, script=demo_data() / "script.jsonl", init_workers=sessions,
-                         run_workers=sessions, postrun_workers=2)
-    with rollout_server(config) as server, LocalReceiver() as receiver:
-        say(f"rollout server on {server.url} (one node, embedded engine, scripted)")
+    with rollout_server(serve_config(result, sessions, harness)) as server, LocalReceiver() as receiver:
+        say(f"rollout server on {server.url} (one node, embedded engine, scripted for {harness or 'builtin'})")
         client = RolloutClient(server.url)
-        accepted = client.submit(demo_task(sessions, receiver.url))
+        accepted = client.submit(demo_task(sessions, receiver.url, harness or "builtin", image))
         say(f"task {accepted.task_id}: {len(accepted.session_ids)} sessions submitted")
         done = client.wait(accepted.task_id)
         client.close()
@@ -104,68 +92,48 @@ def run_sessions(result: DemoResult, sessions: int, say: Callable[[str], None],
     for ended in done.results:
         if ended.status != "COMPLETED":
             raise HarnessError(f"{ended.session_id} ended {ended.status}: {ended.error}")
-        result.runs.append(recorded_run(result.store, ended.session_id))
-        say(f"{ended.session_id}: reward {ended.reward}, {ended.traces} traces")
+        run = recorded_run(result.store, ended.session_id)
+        result.runs.append(run)
+        say(f"{ended.session_id}: reward {ended.reward}, {ended.traces} traces, {run.turns} calls")
 
 
-def demo_task(sessions: int, callback_url: str):
+def serve_config(result: DemoResult, sessions: int, harness: str | None):
+    """The built-in agent plays the demo's script; a CLI gets one that asks its own shell tool for the
+    same moves (run the tests, fix, run them again). CLIs run one at a time: each is a Node process."""
+    from tracetap.rollout.serve import ServeConfig
+
+    if harness is None:
+        return ServeConfig(result.store, script=demo_data() / "script.jsonl", init_workers=sessions,
+                           run_workers=sessions, postrun_workers=2)
+    from tracetap.rollout.harnesses import cli_harness
+    from tracetap.rollout.harnesses.script import GATEWAY_ARGS, write_script
+
+    test = shlex.join([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"])
+    script = write_script(result.out_dir / "script.jsonl", cli_harness(harness), [test, HARNESS_FIX, test],
+                          HARNESS_DONE)
+    return ServeConfig(result.store, script=script, gateway_args=GATEWAY_ARGS, run_workers=1, postrun_workers=2)
+
+
+def demo_task(sessions: int, callback_url: str, harness: str = "builtin", image: str | None = None):
     """The fix-the-failing-test task as a TaskRequest; the last sample (of several) gets a stricter test
-    that the fix cannot satisfy, so rewards differ."""
+    that the fix cannot satisfy, so rewards differ. With `image`, each session runs in a Docker container
+    from it, and the evaluator runs the tests there with the image's Python."""
+    from tracetap.rollout.harnesses import cli_harness
     from tracetap.rollout.models import TaskRequest
 
     last = sessions - 1 if sessions > 1 else -1
     stricter = f"if [ \"$SAMPLE_INDEX\" = {last} ]; then sed -i 's/== 6/== 7/' test_calc.py; fi"
     prepare = [{"type": "upload_dir", "source": str(demo_data() / "project"), "target": "."},
                {"type": "exec", "command": stricter}]
-    test_command = shlex.join([sys.executable, "-m", "pytest", "-v", "-p", "no:cacheprovider"])
+    runtime = {"prepare": prepare, **({"backend": "docker", "image": image} if image else {})}
+    python = "python" if image else sys.executable
+    test_command = shlex.join([python, "-m", "pytest", "-v", "-p", "no:cacheprovider"])
+    agent = {"harness": "builtin", "settings": {"max_turns": 12}} if harness == "builtin" else {
+        "harness": cli_harness(harness).name}
     return TaskRequest(task_id=TASK_ID, instruction=TASK, num_samples=sessions, timeout_seconds=300,
-                       runtime={"prepare": prepare}, agent={"harness": "builtin", "settings": {"max_turns": 12}},
-                       builder="prefix_merging", callback_url=callback_url,
+                       runtime=runtime, agent=agent, builder="prefix_merging", callback_url=callback_url,
                        evaluator={"name": "test_on_output", "config": {"test_command": test_command,
                                                                        "expected": EXPECTED}})
-
-
-def run_harness_sessions(result: DemoResult, sessions: int, say: Callable[[str], None], name: str) -> None:
-    """`--harness NAME`: the real CLI does the task as rollout sessions on a local node; each solves it."""
-    from tracetap.rollout.harnesses import cli_harness
-    from tracetap.rollout.harnesses.npm import require_binary
-    from tracetap.rollout.harnesses.script import GATEWAY_ARGS, write_script
-
-    preset = cli_harness(name)
-    binary = require_binary(preset)
-    test = shlex.join([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"])
-    script = write_script(result.out_dir / "script.jsonl", preset, [test, HARNESS_FIX, test], HARNESS_DONE)
-    with start_gateway(result.store, "--script", str(script), *GATEWAY_ARGS) as gateway:
-        say(f"gateway ready on {gateway.url} (embedded engine, scripted for {binary})")
-        contexts = [harness_session(result.out_dir, preset.name, n) for n in range(1, sessions + 1)]
-        for ctx, ended in zip(contexts, asyncio.run(run_on_node(result, gateway.url, contexts)), strict=True):
-            if ended.status != "COMPLETED":
-                raise HarnessError(f"{ctx.session_id}: {name} ended {ended.status}: {ended.error}")
-            run = recorded_run(result.store, ctx.session_id)
-            result.runs.append(run)
-            say(f"{ctx.session_id}: {name} made {run.turns} calls, tools: {', '.join(run.tool_calls)}")
-
-
-def harness_session(out_dir: Path, harness: str, n: int):
-    """Sample n of the task: the CLI works in the demo's workspace for the session (the evaluator's)."""
-    from tracetap.rollout.models import SessionContext, TaskRequest
-
-    session_id = f"sk-tap-demo-{n}"
-    workspace = prepare_workspace(out_dir, session_id)
-    task = TaskRequest(task_id=TASK_ID, instruction=TASK, runtime={"workdir": str(workspace)},
-                       agent={"harness": harness})
-    return SessionContext(session_id=session_id, task=task, sample_index=n - 1)
-
-
-async def run_on_node(result: DemoResult, gateway_url: str, contexts: list) -> list:
-    from tracetap.rollout.node import GatewayNode, NodeConfig
-
-    node = GatewayNode(NodeConfig(store=result.store, sessions_root=result.out_dir / "sessions",
-                                  gateway_url=gateway_url, run_workers=1))
-    try:
-        return await asyncio.gather(*(node.run_session(ctx) for ctx in contexts))
-    finally:
-        await node.shutdown()
 
 
 def recorded_run(store_dir: Path, session_id: str) -> AgentRun:
@@ -178,18 +146,14 @@ def recorded_run(store_dir: Path, session_id: str) -> AgentRun:
 
 
 def process(result: DemoResult, say: Callable[[str], None]) -> None:
-    """Offline stage: build, evaluate (unless the rollout's POSTRUN did both), export, summarize, report."""
+    """Offline stage (the rollout's POSTRUN built prefix_merging and scored): per_request for comparison,
+    export, summarize, report."""
     from tracetap.builders import build
     from tracetap.builders.exports import export
     from tracetap.common import decode
-    from tracetap.evaluators.runner import evaluate_store
 
-    for builder in ("per_request",) if result.task else ("per_request", "prefix_merging"):
-        summary = build(result.store, builder, decode=decode)
-        say(f"built {builder}: {summary.to_dict().get('traces')} traces")
-    if not result.task:
-        evaluate_store(result.store, "test_on_output", {"test_command": TEST_COMMAND, "expected": EXPECTED},
-                       workspace_root=result.out_dir / "workspaces", timeout=120)
+    summary = build(result.store, "per_request", decode=decode)
+    say(f"built per_request: {summary.to_dict().get('traces')} traces")
     result.dataset = result.out_dir / "dataset.parquet"
     export(result.store, "prefix_merging", "parquet", result.dataset, evaluator="test_on_output", force=True)
     result.summary = summarize(result.store)
@@ -211,13 +175,29 @@ def write_html_report(store_dir: Path, out_file: Path) -> Path:
     return write_report(store_dir, out_file, decode_token)
 
 
+def demo_image(say: Callable[[str], None]) -> str:
+    """The built-in agent's image in the Docker engine at $DOCKER_HOST (built unless it exists); ImageError
+    when no engine answers or the build fails."""
+    from tracetap.rollout.images.agent import build_agent_image
+    from tracetap.rollout.images.daemon import connect
+
+    client = connect()
+    try:
+        tag = build_agent_image(client, say)
+    finally:
+        client.close()
+    say(f"image {tag} (the built-in agent, openai SDK, pytest)")
+    return tag
+
+
 def run_demo(out_dir: Path, sessions: int = 3, say: Callable[[str], None] = print,
-             harness: str | None = None) -> DemoResult:
+             harness: str | None = None, image: str | None = None) -> DemoResult:
+    """`image`: run the built-in agent's sessions in Docker containers from it (see `demo_image`)."""
     if out_dir.exists():
         shutil.rmtree(out_dir)
     out_dir.mkdir(parents=True)
     result = DemoResult(out_dir=out_dir, store=out_dir / "store")
-    run_sessions(result, sessions, say, harness)
+    run_sessions(result, sessions, say, harness, image)
     process(result, say)
     (out_dir / "summary.json").write_text(json.dumps(result.summary, indent=2, default=str))
     return result

@@ -1,8 +1,9 @@
 """`builtin`: the demo agent (tracetap/agent.py) as a harness, run as `python -m tracetap.agent`.
 
 It speaks Chat Completions through `$OPENAI_BASE_URL` with the session id as its key, so it needs no
-config file. Settings: `max_turns` (default 12). It runs under the node's own Python, so it suits the
-local runtime (a container image would need tracetap installed).
+config file. Settings: `max_turns` (default 12). On the local runtime it runs under the node's own Python;
+in a container under the image's `python`, which must have the openai SDK and `tracetap.agent` (the image
+`rollout/images/agent.py` builds, as `tracetap demo --runtime docker` does).
 """
 
 from __future__ import annotations
@@ -35,7 +36,8 @@ class BuiltinAgent:
         return {}
 
     def run_steps(self, ctx: HarnessContext) -> list[Step]:
-        argv = [sys.executable, "-m", "tracetap.agent", "--max-turns", str(max_turns(ctx.settings)),
+        python = "python" if ctx.contained else sys.executable
+        argv = [python, "-m", "tracetap.agent", "--max-turns", str(max_turns(ctx.settings)),
                 "--task-id", ctx.task_id, "--workspace", ctx.layout.workspace]
         argv += ["--model", ctx.model_name] if ctx.model_name else []
         return [Step("agent", shlex.join([*argv, "--", ctx.instruction]))]

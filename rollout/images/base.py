@@ -138,6 +138,7 @@ def render_dockerfile(rootfs: str, node: NodeRuntime, layers: Sequence[CliLayer]
 def _build(client: docker.DockerClient, tag: str, dockerfile: str, node: NodeRuntime, layers: Sequence[CliLayer],
            cache_dir: Path, log: Log) -> None:
     log(f"building {tag}")
+    cache_dir.mkdir(parents=True, exist_ok=True)  # a base without CLIs on a cached rootfs made nothing there yet
     with tempfile.TemporaryDirectory(prefix=".context-", dir=cache_dir) as scratch:
         context = Path(scratch) / "context.tar"
         write_context(context, dockerfile, node, layers)

@@ -83,3 +83,19 @@ def _follow(stream: Iterable[dict], lines: list[str], log: Log | None) -> str | 
             if log is not None:
                 log(text.rstrip("\n"))
     return None
+
+
+def copy_image(source: docker.DockerClient, target: docker.DockerClient, tag: str, log: Log | None = None) -> bool:
+    """Load `tag` from one engine into another (dockerd -> rootless podman's store) unless it is there;
+    True when it was copied."""
+    if has_image(target, tag):
+        return False
+    if log is not None:
+        log(f"copying {tag} into {target.api.base_url}")
+    try:
+        target.images.load(source.images.get(tag).save(named=True))
+    except DockerException as error:
+        raise ImageError(f"copying {tag} failed: {error}") from None
+    if not has_image(target, tag):
+        raise ImageError(f"copying {tag}: the target engine loaded the archive but has no image {tag}")
+    return True

@@ -17,9 +17,10 @@ import docker
 from tracetap.rollout.images.daemon import ImageError, Log, digest, has_image
 
 SUITE, VARIANT = "bookworm", "minbase"
-# libstdc++6 is the one library Node.js needs beyond minbase; patch is SWE-bench's last apply fallback
+# libstdc++6 is the one library Node.js needs beyond minbase; patch is SWE-bench's last apply fallback and
+# python3-pytest runs SWE-bench-format tests (pip cannot reach a package index from inside a container)
 PACKAGES = ("bash", "ca-certificates", "git", "python3", "python3-venv", "procps", "iproute2", "libstdc++6",
-            "patch", "less")
+            "patch", "less", "python3-pytest")
 REPOSITORY = "tracetap-rootfs"
 DEBOOTSTRAP_TIMEOUT = 1200.0
 

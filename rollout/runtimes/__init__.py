@@ -2,8 +2,8 @@
 
 `local` needs nothing shared. `docker` sessions of one node share a `DockerHost` (made on first use):
 the engine clients, the node's container network and the link through which containers reach the
-node's gateway. The SDK is imported only then, so a node without the `containers` extra runs local
-sessions as before.
+node's gateway; `podman` sessions share a `PodmanHost` the same way (rootless podman's Docker-compatible
+API). The SDK is imported only then, so a node without the `containers` extra runs local sessions as before.
 """
 
 from __future__ import annotations
@@ -26,12 +26,19 @@ def create_runtime(spec: RuntimeSpec, sessions_root: Path | str, session_id: str
     raise RuntimeUnavailable(f"runtime backend {spec.backend!r} needs a gateway node (NodeRuntimes)")
 
 
-def _docker_missing() -> str | None:
-    """Why this process cannot drive Docker, or None."""
+CONTAINER_BACKENDS = ("docker", "podman")
+
+
+def _engine_missing(backend: str) -> str | None:
+    """Why this process cannot drive the backend's engine, or None."""
     try:
         from tracetap.rollout.runtimes.docker_host import engine_available
+        from tracetap.rollout.runtimes.podman import podman_url
     except ImportError:
         return "the docker SDK is not installed (pip install 'tracetap[containers]')"
+    if backend == "podman":
+        reason = engine_available(podman_url())
+        return reason and f"{reason} (start rootless podman with scripts/podman.sh start)"
     return engine_available()
 
 
@@ -41,41 +48,47 @@ class NodeRuntimes:
     def __init__(self, node_id: str, sessions_root: Path) -> None:
         self.node_id, self.sessions_root = node_id, Path(sessions_root)
         self.gateway_url: str | None = None
-        self._docker = None  # DockerHost, made on first use
+        self._hosts: dict = {}  # backend -> DockerHost / PodmanHost, made on first use
 
     async def start(self, gateway_url: str) -> None:
         self.gateway_url = gateway_url
-        if _docker_missing() is None:
-            swept = await self._docker_host().sweep()
-            if swept:
-                logger.warning("node %s: removed %d containers left by an earlier run", self.node_id, swept)
+        for backend in CONTAINER_BACKENDS:
+            if _engine_missing(backend) is None:
+                swept = await self._host(backend).sweep()
+                if swept:
+                    logger.warning("node %s: removed %d %s containers left by an earlier run", self.node_id, swept,
+                                   backend)
 
-    def _docker_host(self):
+    def _host(self, backend: str):
         from tracetap.rollout.runtimes.docker_host import DockerHost
+        from tracetap.rollout.runtimes.podman import PodmanHost
 
-        if self._docker is None:
-            self._docker = DockerHost(self.node_id)
-        return self._docker
+        if backend not in self._hosts:
+            self._hosts[backend] = (PodmanHost if backend == "podman" else DockerHost)(self.node_id)
+        return self._hosts[backend]
 
     async def create(self, spec: RuntimeSpec, session_id: str, task_id: str) -> tuple[Runtime, str]:
         """The session's runtime (not started) and the gateway URL as its processes reach it."""
         if spec.backend == "local":
             return LocalRuntime(self.sessions_root, session_id, spec), self.gateway_url
-        if spec.backend != "docker":
+        if spec.backend not in CONTAINER_BACKENDS:
             raise RuntimeUnavailable(f"runtime backend {spec.backend!r} is not available on this node")
-        if (reason := _docker_missing()) is not None:
-            raise RuntimeUnavailable(f"runtime backend 'docker': {reason}")
+        # once the node holds the engine's clients, an engine that stopped answering fails the calls themselves
+        if spec.backend not in self._hosts and (reason := _engine_missing(spec.backend)) is not None:
+            raise RuntimeUnavailable(f"runtime backend {spec.backend!r}: {reason}")
         return await self._container(spec, session_id, task_id)
 
     async def _container(self, spec: RuntimeSpec, session_id: str, task_id: str) -> tuple[Runtime, str]:
         from tracetap.rollout.runtimes.docker import DockerRuntime
+        from tracetap.rollout.runtimes.podman import PodmanRuntime
 
-        host = self._docker_host()
+        host = self._host(spec.backend)
         network, url = (None, self.gateway_url) if spec.network == "host" else await host.link(self.gateway_url)
         labels = {"tracetap.node": self.node_id, "tracetap.session": session_id, "tracetap.task": task_id}
-        return DockerRuntime(host, self.sessions_root, session_id, spec, labels, network), url
+        runtime = PodmanRuntime if spec.backend == "podman" else DockerRuntime
+        return runtime(host, self.sessions_root, session_id, spec, labels, network), url
 
     async def close(self) -> None:
-        if self._docker is not None:
-            await self._docker.close()
-            self._docker = None
+        hosts, self._hosts = list(self._hosts.values()), {}
+        for host in hosts:
+            await host.close()

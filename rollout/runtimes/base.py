@@ -1,6 +1,6 @@
 """The runtime contract: where one session's processes run (a private directory, a container).
 
-A node drives a runtime through four calls: `start`, `exec`, `upload`/`write_text`, `teardown`. Every
+A node drives a runtime through four calls: `start`, `exec`, `upload`/`write_text`/`read_text`, `teardown`. Every
 command runs as `bash -lc COMMAND`; paths given to a runtime are paths as its processes see them (the
 `layout` tells which), so the same harness steps work on the host and in a container.
 """
@@ -53,6 +53,9 @@ class Runtime(Protocol):
 
     async def write_text(self, target: str, text: str) -> None:
         """Write a file inside the runtime (harness configs)."""
+
+    async def read_text(self, target: str) -> str:
+        """A file's text from inside the runtime (evaluators); FileNotFoundError when it is not there."""
 
     async def teardown(self) -> None:
         """End every process this runtime started (by pid or container id); idempotent."""

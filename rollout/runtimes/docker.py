@@ -77,13 +77,21 @@ class DockerRuntime:
             self.container = await creating
             raise
         await self.host.call(self.container.start)
+        await self._connect()
+
+    async def _connect(self) -> None:
+        """Cut the started container's routes down to the gateway link (nothing to do on the host network)."""
         if self.network is not None:
             await self.host.call(self.container.reload)
             await confine(self.container.attrs["State"]["Pid"], self.network.gateway_ip)
 
+    def _command(self) -> list[str]:
+        """The container's main process: it only keeps the container up."""
+        return ["sleep", "infinity"]
+
     def _create(self):
         try:
-            return self.host.client.containers.create(self.spec.image, ["sleep", "infinity"], **self._options())
+            return self.host.client.containers.create(self.spec.image, self._command(), **self._options())
         except docker.errors.ImageNotFound:
             raise RuntimeUnavailable(f"image {self.spec.image!r} is not in this node's Docker engine; build it "
                                      "first (`tracetap image build` prints the tag)") from None
@@ -92,19 +100,25 @@ class DockerRuntime:
         spec = self.spec
         options = {"name": self.name, "labels": self.labels, "init": True, "working_dir": self.workdir,
                    "volumes": {str(self.session_dir): {"bind": MOUNT, "mode": "rw"}}, "user": spec.user or ""}
-        if self.network is None:
-            options["network_mode"] = "host"
-        else:
-            options.update(network=self.network.name, sysctls=NO_IPV6)
+        options.update(self._network_options())
         if spec.cpus:
             options["nano_cpus"] = int(spec.cpus * 1e9)
         if spec.memory_mb:
             options["mem_limit"] = f"{spec.memory_mb}m"
         return options
 
+    def _network_options(self) -> dict:
+        if self.network is None:
+            return {"network_mode": "host"}
+        return {"network": self.network.name, "sysctls": NO_IPV6}
+
+    def _foreign_user(self) -> bool:
+        """Whether the container's processes run as a host user other than the one that writes the mount."""
+        return bool(self.spec.user) and self.spec.user not in ("0", "root")
+
     def _share(self, path: Path) -> None:
-        """A container user other than root gets write access to what the host wrote into the mount."""
-        if not self.spec.user or self.spec.user in ("0", "root"):
+        """A foreign container user gets write access to what the host wrote into the mount."""
+        if not self._foreign_user():
             return
         for item in [path, *path.rglob("*")] if path.is_dir() else [path]:
             item.chmod(item.stat().st_mode | 0o777 if item.is_dir() else item.stat().st_mode | 0o666)
@@ -218,6 +232,18 @@ class DockerRuntime:
         info.size, info.mode, info.mtime = len(data), 0o644, int(time.time())
         await self._put(path, lambda tar: tar.addfile(info, io.BytesIO(data)))
 
+    async def read_text(self, target: str) -> str:
+        path = self._absolute(target)
+        if self._in_mount(path):
+            return await asyncio.to_thread(self._host(path).read_text, errors="replace")
+        if self.container is None:
+            raise RuntimeClosed(f"the runtime of {self.session_dir.name} is not running")
+        try:
+            archive = await self.host.call(_fetch, self.container, path)
+        except docker.errors.NotFound:
+            raise FileNotFoundError(f"{path} does not exist in the container") from None
+        return _only_file(archive, path).decode(errors="replace")
+
     async def _put(self, path: str, fill) -> None:
         """Copy into the container outside the mount: a tar unpacked into the target's parent folder."""
         if self.container is None:
@@ -244,3 +270,17 @@ class DockerRuntime:
             await self.host.call(container.remove, force=True)
         except docker.errors.NotFound:
             pass
+
+
+def _fetch(container, path: str) -> bytes:
+    chunks, _ = container.get_archive(path)
+    return b"".join(chunks)
+
+
+def _only_file(archive: bytes, path: str) -> bytes:
+    """The content of the one regular file a `get_archive` tar holds."""
+    with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
+        member = tar.next()
+        if member is None or not member.isfile():
+            raise IsADirectoryError(f"{path} is not a regular file in the container")
+        return tar.extractfile(member).read()

@@ -20,7 +20,7 @@ import docker
 from tracetap.rollout.runtimes import docker_network
 from tracetap.rollout.runtimes.base import RuntimeUnavailable
 from tracetap.rollout.runtimes.docker_network import LABEL_NODE, NodeNetwork
-from tracetap.rollout.runtimes.forward import Forwarder
+from tracetap.rollout.runtimes.forward import Endpoint, Forwarder
 
 CONTROL_TIMEOUT = 60
 PING_TIMEOUT = 5
@@ -28,19 +28,22 @@ POOL_THREADS = 64
 T = TypeVar("T")
 
 
-def engine_client(timeout: int | None = CONTROL_TIMEOUT) -> docker.DockerClient:
-    """A client for `$DOCKER_HOST` (else Docker's default socket)."""
+def engine_client(timeout: int | None = CONTROL_TIMEOUT, base_url: str | None = None) -> docker.DockerClient:
+    """A client for `base_url`, else `$DOCKER_HOST` (else Docker's default socket)."""
+    if base_url:
+        return docker.DockerClient(base_url=base_url, timeout=timeout)
     return docker.from_env(timeout=timeout)
 
 
-def engine_available() -> str | None:
+def engine_available(base_url: str | None = None) -> str | None:
     """None when the engine answers, else why not (a message for the user)."""
+    where = base_url or f"DOCKER_HOST={os.environ.get('DOCKER_HOST', 'unset')}"
     try:
-        client = engine_client(PING_TIMEOUT)
+        client = engine_client(PING_TIMEOUT, base_url)
         client.ping()
         client.close()
     except docker.errors.DockerException as exc:
-        return f"no Docker engine answers (DOCKER_HOST={os.environ.get('DOCKER_HOST', 'unset')}): {exc}"
+        return f"no Docker API answers ({where}): {exc}"
     return None
 
 
@@ -51,10 +54,10 @@ def container_url(gateway_url: str, host: str, port: int) -> str:
 
 
 class DockerHost:
-    def __init__(self, node_id: str) -> None:
+    def __init__(self, node_id: str, base_url: str | None = None) -> None:
         self.node_id = node_id
-        self.client = engine_client()
-        self.waiter = engine_client(timeout=None)
+        self.client = engine_client(base_url=base_url)
+        self.waiter = engine_client(timeout=None, base_url=base_url)
         self.pool = ThreadPoolExecutor(POOL_THREADS, thread_name_prefix=f"docker-{node_id}")
         self.network: NodeNetwork | None = None
         self.link_url: str | None = None
@@ -66,11 +69,15 @@ class DockerHost:
 
     async def sweep(self) -> int:
         """Remove this node id's containers, networks and firewall rules (a crashed predecessor's)."""
+        removed = await self.remove_containers()
+        await self.call(docker_network.remove_networks, self.client, self.node_id)
+        await docker_network.remove_rules(docker_network.bridge_name(self.node_id))
+        return removed
+
+    async def remove_containers(self) -> int:
         leftovers = await self.call(self.client.containers.list, all=True,
                                     filters={"label": f"{LABEL_NODE}={self.node_id}"})
         await asyncio.gather(*(self.call(container.remove, force=True) for container in leftovers))
-        await self.call(docker_network.remove_networks, self.client, self.node_id)
-        await docker_network.remove_rules(docker_network.bridge_name(self.node_id))
         return len(leftovers)
 
     async def link(self, gateway_url: str) -> tuple[NodeNetwork, str]:
@@ -86,7 +93,7 @@ class DockerHost:
             network = await self.call(docker_network.create_network, self.client, self.node_id)
         except docker.errors.APIError as exc:
             raise RuntimeUnavailable(f"could not create the container network: {exc.explanation}") from None
-        forwarder = Forwarder(network.gateway_ip, target.hostname, target.port)
+        forwarder = Forwarder(Endpoint(network.gateway_ip), Endpoint(target.hostname, target.port))
         port = await forwarder.start()
         await docker_network.allow_only(network, port)
         self.network, self._forwarder = network, forwarder

@@ -90,13 +90,17 @@ class LocalRuntime:
         full_env = self._env(env)
         with open(stdout_path, "wb") as out, open(stderr_path, "wb") as err:
             process = await asyncio.create_subprocess_exec(
-                "bash", "-lc", GATE + login_command(command, full_env.get("PATH")), cwd=cwd or self.workdir,
+                "bash", "-lc", GATE + login_command(command, full_env.get("PATH")), cwd=self._cwd(cwd),
                 env=full_env, stdin=asyncio.subprocess.PIPE, stdout=out, stderr=err, start_new_session=True)
         self.groups.add(process.pid)
         record_group(self.session_dir / GROUPS_FILE, process.pid)
         process.stdin.write(b"go\n")  # the gate opens; then stdin is at its end, as /dev/null would be
         process.stdin.close()
         return process
+
+    def _cwd(self, cwd: str | None) -> Path:
+        """The working directory; a relative one is in the workspace (as in a container)."""
+        return Path(self.layout.workspace) / (cwd or self.workdir)
 
     def _env(self, env: Mapping[str, str]) -> dict[str, str]:
         basics = {name: os.environ[name] for name in HOST_BASICS if name in os.environ}
@@ -130,6 +134,9 @@ class LocalRuntime:
         destination = self.host_path(target)
         destination.parent.mkdir(parents=True, exist_ok=True)
         await asyncio.to_thread(destination.write_text, text)
+
+    async def read_text(self, target: str) -> str:
+        return await asyncio.to_thread(self.host_path(target).read_text, errors="replace")
 
     async def teardown(self) -> None:
         self.closed = True

@@ -33,7 +33,8 @@ def test_opencode_with_only_the_session_key_lands_in_the_rollout_session(install
 
 
 def test_demo_runs_a_real_harness(installed, tmp_path):
-    """`tracetap demo --harness pi`: the CLI fixes the project in each session; the summary is the store's."""
+    """`tracetap demo --harness pi`: the task goes through the rollout server; pi fixes the project in each
+    session; the summary is the store's."""
     out = tmp_path / "demo"
     env = {**os.environ, "TRACETAP_NPM_DIR": str(cli_sessions.NPM_DIR)}
     done = subprocess.run([sys.executable, "-m", "tracetap.cli", "demo", "--harness", "pi", "--sessions", "2",
@@ -45,12 +46,14 @@ def test_demo_runs_a_real_harness(installed, tmp_path):
     calls = con.execute("SELECT count(*), sum(completion_tokens), sum(prompt_tokens) FROM completions").fetchone()
     assert (summary["calls"], summary["sampled_tokens"], summary["prompt_tokens"]) == calls
     assert summary["calls"] == summary["ok_calls"] == summary["calls_with_aligned_logprobs"]
+    [callback] = json.loads((out / "callbacks.json").read_text())
+    sids = callback["session_ids"]  # in sample order
     tools = con.execute("SELECT list(t.name ORDER BY seq) FROM (SELECT seq, unnest(tool_calls) AS t "
-                        "FROM completions WHERE session_id = 'sk-tap-demo-1')").fetchone()[0]
+                        "FROM completions WHERE session_id = ?)", [sids[0]]).fetchone()[0]
     assert tools == ["bash"] * 3  # test, fix, test: through pi's own shell tool
-    assert dict(con.execute("SELECT session_id, reward FROM rewards").fetchall()) == {
-        "sk-tap-demo-1": 1.0, "sk-tap-demo-2": 1.0}
-    assert dict(con.execute("SELECT session_id, harness FROM sessions").fetchall()) == {
-        "sk-tap-demo-1": "pi", "sk-tap-demo-2": "pi"}
-    assert summary["sessions"] == summary["solved_sessions"] == 2
-    assert "return a + b" in (out / "workspaces" / "sk-tap-demo-1" / "calc.py").read_text()
+    # The second (last) sample's prepare step makes a test stricter than the fix can satisfy.
+    assert dict(con.execute("SELECT session_id, reward FROM rewards").fetchall()) == {sids[0]: 1.0, sids[1]: 0.5}
+    assert dict(con.execute("SELECT session_id, harness FROM sessions").fetchall()) == {sid: "pi" for sid in sids}
+    assert summary["sessions"] == 2 and summary["solved_sessions"] == 1
+    for sid in sids:
+        assert "return a + b" in (out / "sessions" / sid / "workspace" / "calc.py").read_text()

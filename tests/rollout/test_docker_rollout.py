@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
 import cli_sessions
 import docker
 import httpx
 import live
 import pytest
+from docker_daemon import image_tag
 from test_rollout_server import wait_done
 from tracetap.rollout.callbacks import LocalReceiver
 from tracetap.rollout.harnesses import CLI_HARNESSES
@@ -21,11 +19,8 @@ pytestmark = pytest.mark.docker
 
 
 @pytest.fixture(scope="module")
-def claude_image(docker_host: str) -> str:
-    built = subprocess.run([sys.executable, "-m", "tracetap.cli", "image", "build", "--harness", "claude_code"],
-                           capture_output=True, text=True, timeout=1800)
-    assert built.returncode == 0, built.stderr
-    return built.stdout.strip().splitlines()[-1]
+def claude_image(image_build) -> str:
+    return image_tag(image_build("--harness", "claude_code"))
 
 
 def task_containers(task_id: str) -> list:

@@ -14,7 +14,6 @@ from urllib.parse import urlsplit
 
 import docker
 import pytest
-from tracetap.rollout.images.base import images_dir
 from tracetap.rollout.images.rootfs import ensure_rootfs
 from tracetap.rollout.models import RuntimeSpec, SessionContext, SessionStatus, TaskRequest, new_session_id
 from tracetap.rollout.node import GatewayNode, NodeConfig
@@ -23,16 +22,17 @@ from tracetap.rollout.runtimes.base import RuntimeUnavailable
 
 pytestmark = pytest.mark.docker
 SID = "sk-tap-docker-1"
+IMAGE = ""  # set by the `image` fixture
 LIST_SLEEPS = r"for p in /proc/[0-9]*; do tr '\0' ' ' <$p/cmdline; echo; done | grep -c '^sleep 300' || true"
 
 
 @pytest.fixture(scope="module", autouse=True)
-def image(docker_host: str) -> str:
+def image(docker_host: str, images_cache: Path) -> str:
     """The debootstrap minbase image `tracetap image build` starts from (cached across runs)."""
     global IMAGE
     client = docker.from_env()
     try:
-        IMAGE = ensure_rootfs(client, images_dir(), lambda line: None)
+        IMAGE = ensure_rootfs(client, images_cache, lambda line: None)
     finally:
         client.close()
     return IMAGE
@@ -46,12 +46,14 @@ def containers(node_id: str) -> list:
         client.close()
 
 
-async def session(tmp_path: Path, node_id: str, scenario, gateway: str = "http://127.0.0.1:9/", **spec):
+async def session(tmp_path: Path, node_id: str, scenario, gateway: str = "http://127.0.0.1:9/",
+                  backend: str = "docker", **spec):
     node = NodeRuntimes(node_id, tmp_path)
     await node.start(gateway)
     try:
         spec.setdefault("network", "host")
-        runtime, url = await node.create(RuntimeSpec(backend="docker", image=IMAGE, **spec), SID, "task-1")
+        spec.setdefault("image", IMAGE)
+        runtime, url = await node.create(RuntimeSpec(backend=backend, **spec), SID, "task-1")
         await runtime.start()
         try:
             return await scenario(runtime, url) if spec["network"] == "gateway" else await scenario(runtime)
@@ -98,9 +100,13 @@ def test_uploads_inside_and_outside_the_mount(docker_host: str, tmp_path: Path) 
         await runtime.upload(source / "sub" / "a.txt", "/opt/x/a.txt")
         await runtime.write_text("/etc/tracetap.conf", "conf")
         out = await runtime.exec("cat repo/sub/a.txt /opt/x/a.txt /etc/tracetap.conf", env={}, log_name="cat")
-        return out.stdout_path.read_text()
+        read = [await runtime.read_text(path) for path in ("repo/sub/a.txt", "/etc/tracetap.conf")]
+        for missing in ("/etc/none.conf", "repo/none.txt"):
+            with pytest.raises(FileNotFoundError):
+                await runtime.read_text(missing)
+        return out.stdout_path.read_text(), read
 
-    assert asyncio.run(session(tmp_path / "s", "node-upload", scenario)) == "AAconf"
+    assert asyncio.run(session(tmp_path / "s", "node-upload", scenario)) == ("AAconf", ["A", "conf"])
     assert (tmp_path / "s" / SID / "workspace" / "repo" / "sub" / "a.txt").read_text() == "A"
 
 
@@ -167,10 +173,10 @@ CRASHING_NODE = textwrap.dedent("""
     from tracetap.rollout.models import RuntimeSpec
     from tracetap.rollout.runtimes import NodeRuntimes
 
-    async def main():
-        node = NodeRuntimes("node-crash", sys.argv[1])
+    async def main():  # argv: sessions root, image, ready file, backend, node id
+        node = NodeRuntimes(sys.argv[5], sys.argv[1])
         await node.start("http://127.0.0.1:9/")
-        runtime, _ = await node.create(RuntimeSpec(backend="docker", image=sys.argv[2], network="host"),
+        runtime, _ = await node.create(RuntimeSpec(backend=sys.argv[4], image=sys.argv[2], network="host"),
                                        "sk-tap-crash-1", "t")
         await runtime.start()
         open(sys.argv[3], "w").close()
@@ -180,9 +186,11 @@ CRASHING_NODE = textwrap.dedent("""
 """)
 
 
-def test_a_new_node_sweeps_what_a_killed_node_left(docker_host: str, tmp_path: Path) -> None:
-    ready = tmp_path / "ready"
-    child = subprocess.Popen([sys.executable, "-c", CRASHING_NODE, str(tmp_path / "node"), IMAGE, str(ready)])
+def crash_a_node(sessions_root: Path, image: str, backend: str, node_id: str) -> None:
+    """A node process that started one container, killed with SIGKILL (it cleans nothing up)."""
+    ready = sessions_root.parent / f"{node_id}.ready"
+    child = subprocess.Popen([sys.executable, "-c", CRASHING_NODE, str(sessions_root), image, str(ready), backend,
+                              node_id])
     try:
         deadline = time.monotonic() + 120
         while not ready.exists() and child.poll() is None and time.monotonic() < deadline:
@@ -191,6 +199,10 @@ def test_a_new_node_sweeps_what_a_killed_node_left(docker_host: str, tmp_path: P
     finally:
         os.kill(child.pid, signal.SIGKILL)
         child.wait(timeout=30)
+
+
+def test_a_new_node_sweeps_what_a_killed_node_left(docker_host: str, tmp_path: Path) -> None:
+    crash_a_node(tmp_path / "node", IMAGE, "docker", "node-crash")
     assert len(containers("node-crash")) == 1
 
     async def restart():

@@ -176,3 +176,18 @@ def test_factory(tmp_path: Path) -> None:
     assert isinstance(create_runtime(RuntimeSpec(), tmp_path, SID), LocalRuntime)
     with pytest.raises(RuntimeUnavailable, match="needs a gateway node"):
         create_runtime(RuntimeSpec(backend="docker", image="python:3.12"), tmp_path, SID)
+
+
+def test_read_text_and_a_relative_cwd_are_in_the_workspace(tmp_path: Path) -> None:
+    async def scenario():
+        runtime = await started(tmp_path)
+        await runtime.write_text("repo/notes.txt", "hello")
+        where = await runtime.exec("pwd", env={}, log_name="pwd", cwd="repo")
+        with pytest.raises(FileNotFoundError):
+            await runtime.read_text("repo/none.txt")
+        with pytest.raises(ValueError, match="outside the session"):
+            await runtime.read_text("/etc/hostname")
+        return await runtime.read_text("repo/notes.txt"), where.stdout_path.read_text().strip()
+
+    text, cwd = run(scenario())
+    assert text == "hello" and cwd == str(tmp_path.resolve() / SID / "workspace" / "repo")

@@ -74,7 +74,7 @@ def test_four_builtin_samples_end_completed_with_rewards_joined(gw, tmp_path):
         assert result.traces == calls == 5  # the demo script: four tool calls, then the answer
         assert result.prompt_tokens > 0 and result.completion_tokens > 0
         assert result.node_id == node.id and result.timing.run_ms > 0
-        assert "agent/agent.stdout.log" in result.logs
+        assert "agent/agent.stdout.log" in result.logs and "eval/test_on_output.stdout.log" in result.logs
         rewards = query(gw.store, "SELECT DISTINCT reward FROM trajectories WHERE session_id = ? "
                                   "AND builder = 'per_request'", [ctx.session_id])
         assert rewards == [(result.reward,)]

@@ -105,6 +105,8 @@ def test_four_samples_over_http_end_completed_with_one_callback(client, gw):
     ({"agent": {"harness": "nope"}}, "harness"),
     ({"builder": "nope"}, "builder"),
     ({"evaluator": {"name": "nope"}}, "evaluator"),
+    ({"evaluator": {"name": "harbor", "config": {"tests_dir": "/nonexistent/tests"}}}, "evaluator"),
+    ({"evaluator": {"name": "swebench", "config": {"instance": {"instance_id": "x"}}}}, "evaluator"),
 ])
 def test_invalid_task_is_a_422_naming_the_field_and_creates_nothing(client, gw, change, field):
     reply = client.post("/tasks", json={**shell_task("bad-task", "true"), **change})

@@ -1,16 +1,31 @@
 """`tracetap demo` end to end: its summary must agree with the store it wrote."""
 
 import json
+import os
 import subprocess
 import sys
 
+import pytest
+
 from tracetap import store
+
+REWARDS = [("fix-calc", "builtin", 0, 1.0), ("fix-calc", "builtin", 1, 1.0), ("fix-calc", "builtin", 2, 0.5)]
+
+
+def rewards(out) -> list[tuple]:
+    return store.connect(out / "store").execute(
+        "SELECT s.task_id, s.harness, CAST(json_extract(s.metadata_json, '$.sample_index') AS INT) AS n, r.reward "
+        "FROM sessions s JOIN rewards r USING (session_id) ORDER BY n").fetchall()
+
+
+def demo(out, *args: str, **env: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "tracetap.cli", "demo", "--out", str(out), "--json", *args],
+                          capture_output=True, text=True, timeout=900, env={**os.environ, **env})
 
 
 def test_demo_summary_matches_store(tmp_path):
     out = tmp_path / "demo"
-    done = subprocess.run([sys.executable, "-m", "tracetap.cli", "demo", "--out", str(out), "--json"],
-                          capture_output=True, text=True, timeout=600)
+    done = demo(out)
     assert done.returncode == 0, done.stderr[-3000:]
     summary = json.loads(done.stdout.strip().splitlines()[-1])
 
@@ -23,12 +38,8 @@ def test_demo_summary_matches_store(tmp_path):
     ).fetchall()
     assert summary["merged_trainable_tokens"] == sum(sum(mask) for mask, _, _ in merged) == calls[1]
     assert summary["merged_tokens"] == sum(len(r) + len(p) for _, r, p in merged)
-    rewards = con.execute(
-        "SELECT s.task_id, s.harness, CAST(json_extract(s.metadata_json, '$.sample_index') AS INT) AS n, r.reward "
-        "FROM sessions s JOIN rewards r USING (session_id) ORDER BY n").fetchall()
     # Every sample fixes the bug; the last one's stricter test still fails (rewards differ).
-    assert rewards == [("fix-calc", "builtin", 0, 1.0), ("fix-calc", "builtin", 1, 1.0),
-                       ("fix-calc", "builtin", 2, 0.5)]
+    assert rewards(out) == REWARDS
     assert summary["solved_sessions"] == 2
     # the task went through the rollout server: its result persisted, the callback received
     task = json.loads((out / "store" / "rollouts" / "task_id=fix-calc" / "task.json").read_text())
@@ -41,3 +52,30 @@ def test_demo_summary_matches_store(tmp_path):
     assert (out / "dataset.parquet").exists() and (out / "report.html").exists()
     first = task["result"]["session_ids"][0]
     assert first in (out / "report.html").read_text()
+
+
+@pytest.mark.docker
+def test_demo_in_docker_gives_the_same_rewards_and_leaves_no_container(docker_host, images_cache, tmp_path):
+    import docker
+
+    out = tmp_path / "demo"
+    done = demo(out, "--runtime", "docker", TRACETAP_IMAGES_DIR=str(images_cache))
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert rewards(out) == REWARDS
+    for session in (out / "sessions").iterdir():  # every command ran as a docker exec (it left its pid file)
+        # the prepare step, the agent and test_on_output's test run
+        assert len(list((session / ".tracetap").glob("*.pid"))) == 3
+        assert "test_calc.py::test_add PASSED" in (session / "logs" / "eval" / "test_on_output.stdout.log").read_text()
+        agent = (session / "logs" / "agent" / "agent.stdout.log").read_text()
+        assert '"tool_calls": ["run_shell", "run_shell", "write_file", "run_shell"]' in agent
+    client = docker.from_env()
+    try:
+        assert client.containers.list(all=True, filters={"label": "tracetap.task=fix-calc"}) == []
+    finally:
+        client.close()
+
+
+def test_demo_in_docker_without_docker_is_a_clear_error(tmp_path):
+    done = demo(tmp_path / "demo", "--runtime", "docker", DOCKER_HOST=f"unix://{tmp_path}/none.sock")
+    assert done.returncode == 1
+    assert "no Docker API answers" in done.stderr and not (tmp_path / "demo").exists()

@@ -19,20 +19,27 @@ def command() -> None:
               help="A CLI to install (repeatable); default: all six.")
 @click.option("--docker-host", envvar="DOCKER_HOST", default=None,
               help="The Docker API to build in (default $DOCKER_HOST; podman's service socket works too).")
+@click.option("--podman", is_flag=True,
+              help="Also load the image into rootless podman's store ($TRACETAP_PODMAN_HOST; scripts/podman.sh "
+                   "start), for `runtime: {backend: podman}`.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as one JSON object.")
-def build(harnesses: tuple[str, ...], docker_host: str | None, as_json: bool) -> None:
+def build(harnesses: tuple[str, ...], docker_host: str | None, podman: bool, as_json: bool) -> None:
     """Build (or find) the base image: Debian bookworm, Node.js, git, Python and the harness CLIs from npm.
 
     The tag is `tracetap-base:<hash of what went in>`; an unchanged image is not rebuilt. Progress goes to
     stderr, the tag is the last line on stdout. Run a task in it with
-    `runtime: {backend: docker, image: TAG}` in the TaskRequest.
+    `runtime: {backend: docker, image: TAG}` in the TaskRequest (`backend: podman` after `--podman`).
     """
     from tracetap.rollout.images.base import build_base_image
-    from tracetap.rollout.images.daemon import ImageError, connect
+    from tracetap.rollout.images.daemon import ImageError, connect, copy_image
+    from tracetap.rollout.runtimes.podman import podman_url
 
+    log = lambda line: click.echo(line, err=True)  # noqa: E731
     try:
-        image = build_base_image(connect(docker_host), harnesses or list(CLI_HARNESSES),
-                                 log=lambda line: click.echo(line, err=True))
+        client = connect(docker_host)
+        image = build_base_image(client, harnesses or list(CLI_HARNESSES), log=log)
+        if podman:
+            copy_image(client, connect(podman_url()), image.tag, log)
     except ImageError as error:
         raise click.ClickException(str(error)) from None
     if as_json:
