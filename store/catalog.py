@@ -111,6 +111,9 @@ def connect(root: Path | str, decode: Callable[[list[int]], str] | None = None) 
         raise FileNotFoundError(f"store {root} does not exist")
     con = duckdb.connect(":memory:")
     con.execute("SET TimeZone = 'UTC'")  # the store's timestamps are UTC; show them so
+    # Session, reward and trajectory files are replaced under the same name (temp + rename): a block cache
+    # keyed by path could hand a reader pieces of the file it replaced.
+    con.execute("SET enable_external_file_cache = false")
     for table in TABLES:  # creating a view reads its files' schemas: compaction may move them
         sql = f"CREATE OR REPLACE VIEW {table} AS {_view_sql(con, root.resolve(), table)}"
         retrying(partial(con.execute, sql), duckdb_vanished)
