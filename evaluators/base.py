@@ -71,6 +71,23 @@ def positive_seconds(value: object, what: str) -> float:
     return float(value)
 
 
+def refuse_unknown_keys(config: dict[str, Any], known: set[str], evaluator: str) -> None:
+    """EvaluatorError naming config keys the evaluator does not take (a typo must not pass silently)."""
+    unknown = set(config) - known
+    if unknown:
+        raise EvaluatorError(f"{evaluator}: unknown config key(s): {', '.join(sorted(unknown))}")
+
+
+def decoded_json(value: object, what: str) -> object:
+    """A config value given as JSON text (`--config k=JSON` on the command line) decoded; others as they are."""
+    if not isinstance(value, str):
+        return value
+    try:
+        return json.loads(value)
+    except json.JSONDecodeError as error:
+        raise EvaluatorError(f"{what} is not valid JSON: {error}") from None
+
+
 @dataclass(frozen=True)
 class EvalResult:
     """An evaluator's verdict. `reward` is broadcast to every trace; `trace_rewards` (one per trace) wins."""

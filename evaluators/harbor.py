@@ -16,7 +16,15 @@ import json
 from pathlib import Path
 from typing import Any
 
-from tracetap.evaluators.base import EvalInput, EvalResult, Evaluator, EvaluatorError, check_reward, positive_seconds
+from tracetap.evaluators.base import (
+    EvalInput,
+    EvalResult,
+    Evaluator,
+    EvaluatorError,
+    check_reward,
+    positive_seconds,
+    refuse_unknown_keys,
+)
 from tracetap.evaluators.runtime import EvalRuntime, require
 
 TESTS = "/tests"
@@ -70,9 +78,7 @@ class Harbor(Evaluator):
     name = "harbor"
 
     def check_config(self, config: dict) -> dict:
-        unknown = set(config) - {"tests_dir", "timeout", "env", "cwd"}
-        if unknown:
-            raise EvaluatorError(f"harbor: unknown config key(s): {', '.join(sorted(unknown))}")
+        refuse_unknown_keys(config, {"tests_dir", "timeout", "env", "cwd"}, "harbor")
         cwd = config.get("cwd")
         if cwd is not None and not (isinstance(cwd, str) and cwd.startswith("/")):
             raise EvaluatorError("harbor: cwd must be an absolute path inside the runtime")

@@ -24,7 +24,15 @@ import time
 from pathlib import Path
 from typing import Any
 
-from tracetap.evaluators.base import EvalInput, EvalResult, Evaluator, EvaluatorError, positive_seconds
+from tracetap.evaluators.base import (
+    EvalInput,
+    EvalResult,
+    Evaluator,
+    EvaluatorError,
+    decoded_json,
+    positive_seconds,
+    refuse_unknown_keys,
+)
 from tracetap.evaluators.runtime import CommandResult, EvalRuntime, require
 
 REQUIRED = ("instance_id", "repo", "base_commit", "test_patch", "FAIL_TO_PASS", "PASS_TO_PASS")
@@ -42,12 +50,7 @@ DEFAULTS = {"repo_dir": "/testbed", "test_command": TEST_COMMAND, "exclude_patte
 # -- the instance -----------------------------------------------------------------------------------------
 
 def _test_list(instance: dict, key: str) -> list[str]:
-    value = instance[key]
-    if isinstance(value, str):
-        try:
-            value = json.loads(value)
-        except json.JSONDecodeError as error:
-            raise EvaluatorError(f"swebench: {key} is not a JSON list: {error}") from None
+    value = decoded_json(instance[key], f"swebench: {key}")
     if not isinstance(value, list) or not all(isinstance(test, str) for test in value):
         raise EvaluatorError(f"swebench: {key} must be a list of test ids")
     return value
@@ -55,11 +58,7 @@ def _test_list(instance: dict, key: str) -> list[str]:
 
 def check_instance(value: object) -> dict[str, Any]:
     """The instance with its two test lists decoded; EvaluatorError naming what is missing or wrong."""
-    if isinstance(value, str):
-        try:
-            value = json.loads(value)
-        except json.JSONDecodeError as error:
-            raise EvaluatorError(f"swebench: instance is not valid JSON: {error}") from None
+    value = decoded_json(value, "swebench: instance")
     if not isinstance(value, dict):
         raise EvaluatorError("swebench: config instance (a SWE-bench instance object) is required")
     missing = [key for key in REQUIRED if key not in value]
@@ -177,9 +176,7 @@ class SweBench(Evaluator):
     needs_fresh_runtime = True
 
     def check_config(self, config: dict) -> dict:
-        unknown = set(config) - {"instance", *DEFAULTS}
-        if unknown:
-            raise EvaluatorError(f"swebench: unknown config key(s): {', '.join(sorted(unknown))}")
+        refuse_unknown_keys(config, {"instance", *DEFAULTS}, "swebench")
         merged = {**DEFAULTS, **config, "instance": check_instance(config.get("instance"))}
         for key in ("repo_dir", "test_command"):
             if not isinstance(merged[key], str) or not merged[key].strip():

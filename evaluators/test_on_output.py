@@ -12,7 +12,6 @@ process group) and scores 0 with `timed_out` in the details.
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import signal
@@ -20,7 +19,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from tracetap.evaluators.base import EvalInput, EvalResult, Evaluator, EvaluatorError
+from tracetap.evaluators.base import EvalInput, EvalResult, Evaluator, EvaluatorError, decoded_json, refuse_unknown_keys
 
 STATUSES = ("PASSED", "SKIPPED", "XFAIL", "XPASS", "FAILED", "ERROR")  # later wins on conflicts
 SCORINGS = ("fraction", "all_or_nothing")
@@ -54,11 +53,7 @@ def parse_test_output(text: str) -> dict[str, str]:
 
 
 def _expected_map(value: object) -> dict[str, str]:
-    if isinstance(value, str):
-        try:
-            value = json.loads(value)
-        except json.JSONDecodeError as error:
-            raise EvaluatorError(f"test_on_output: expected is not valid JSON: {error}") from None
+    value = decoded_json(value, "test_on_output: expected")
     if not isinstance(value, dict) or not value:
         raise EvaluatorError("test_on_output: expected must be a non-empty map {test_id: status}")
     expected = {}
@@ -119,9 +114,7 @@ class TestOnOutput(Evaluator):
     name = "test_on_output"
 
     def check_config(self, config: dict) -> dict:
-        unknown = set(config) - {"test_command", "expected", "scoring", "timeout"}
-        if unknown:
-            raise EvaluatorError(f"test_on_output: unknown config key(s): {', '.join(sorted(unknown))}")
+        refuse_unknown_keys(config, {"test_command", "expected", "scoring", "timeout"}, "test_on_output")
         command = config.get("test_command")
         if not isinstance(command, str) or not command.strip():
             raise EvaluatorError("test_on_output: config test_command (a shell command) is required")

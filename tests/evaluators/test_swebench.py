@@ -36,7 +36,7 @@ def test_instance_lists_decode_and_missing_fields_are_named() -> None:
     bad = {k: v for k, v in INSTANCE.items() if k not in ("base_commit", "test_patch")}
     with pytest.raises(EvaluatorError, match="lacks base_commit, test_patch"):
         create("swebench").check_config({"instance": bad})
-    with pytest.raises(EvaluatorError, match="FAIL_TO_PASS is not a JSON list"):
+    with pytest.raises(EvaluatorError, match="FAIL_TO_PASS is not valid JSON"):
         create("swebench").check_config({"instance": {**INSTANCE, "FAIL_TO_PASS": "[oops"}})
     with pytest.raises(EvaluatorError, match="required"):
         create("swebench").check_config({})
