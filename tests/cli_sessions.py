@@ -1,7 +1,8 @@
 """Real coding-agent CLIs as rollout sessions: a scripted gateway per CLI, a GatewayNode on the local runtime.
 
 The scripted model asks the CLI's own shell tool for one command that really runs (it writes proof.txt),
-then ends. Used by the default tier (pi, claude_code) and the harness tier (all six). The CLIs are installed
+then ends. Used by the default tier (pi, claude_code) and the harness tier (all six), and, as tasks of four
+samples in Docker through the rollout server, by the docker and harness tiers. The CLIs are installed
 once into the npm prefix, read at import, before the session fixture points TRACETAP_HOME at a temp dir:
 installs outlive a run (`~/.cache/tracetap/npm` unless TRACETAP_NPM_DIR or TRACETAP_HOME say otherwise).
 """
@@ -16,12 +17,17 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+import docker
+import httpx
 import live
+from live import wait_done
+from tracetap.rollout.callbacks import LocalReceiver
 from tracetap.rollout.harnesses import CLI_HARNESSES, npm
 from tracetap.rollout.harnesses.cli import CliHarness
 from tracetap.rollout.harnesses.script import GATEWAY_ARGS, write_script
 from tracetap.rollout.models import SessionContext, SessionResult, SessionStatus, TaskRequest, new_session_id
 from tracetap.rollout.node import GatewayNode, NodeConfig
+from tracetap.rollout.server import BackgroundServer, create_app
 
 NPM_DIR = npm.npm_dir()
 PROOF = "tracetap-harness-ok"
@@ -116,3 +122,50 @@ def check_session(run: CliSession, binding: str = "path") -> None:
     turn = call["prompt_token_ids"] + call["completion_token_ids"]
     continued = [row for row in rows if row["prompt_token_ids"][:len(turn)] == turn]
     assert continued and continued[0]["finish_reason"] == "stop", "no later prompt extends the tool call"
+
+
+def task_containers(task_id: str) -> list:
+    client = docker.from_env()
+    try:
+        return client.containers.list(all=True, filters={"label": f"tracetap.task={task_id}"})
+    finally:
+        client.close()
+
+
+def submit_and_wait(store: Path, nodes, task: dict) -> tuple[dict, dict, list[dict]]:
+    """(accepted, final TaskResult, callback bodies) of one task through a rollout server over HTTP."""
+    server, receiver = BackgroundServer(create_app(store, nodes)), LocalReceiver()
+    server.start()
+    try:
+        with httpx.Client(base_url=server.url, timeout=30, trust_env=False) as client:
+            accepted = client.post("/tasks", json={**task, "callback_url": receiver.url}).json()
+            done = wait_done(client, f"/tasks/{task['task_id']}", timeout=600)
+        receiver.arrived.wait(30)
+    finally:
+        receiver.close()
+        server.stop()
+    return accepted, done, receiver.bodies
+
+
+def four_samples_in_docker(name: str, image: str, root: Path) -> None:
+    """Four samples of `name` in containers: each COMPLETED and rewarded, its command run in its own workspace,
+    every call in its rollout session with token ids, exactly one callback, no container left."""
+    script = write_script(root / "script.jsonl", CLI_HARNESSES[name], [COMMAND], FINAL)
+    task_id = f"docker-four-{name.replace('_', '-')}"
+    task = {"task_id": task_id, "instruction": PROMPT, "num_samples": 4, "timeout_seconds": 300,
+            "agent": {"harness": name}, "runtime": {"backend": "docker", "image": image},
+            "evaluator": {"name": "session_completed"}}
+    with live.start_gateway(root / "store", "--script", str(script), *GATEWAY_ARGS) as gw:
+        nodes = lambda: [GatewayNode(NodeConfig(store=gw.store, sessions_root=root / "sessions",  # noqa: E731
+                                                gateway_url=gw.url, node_id=f"dn-{name}", run_workers=4))]
+        accepted, done, callbacks = submit_and_wait(gw.store, nodes, task)
+        rows = live.store_rows(gw.store)
+    assert [r["status"] for r in done["results"]] == ["COMPLETED"] * 4, [r["error"] for r in done["results"]]
+    assert [r["reward"] for r in done["results"]] == [1.0] * 4
+    assert len(callbacks) == 1
+    assert sorted(r["session_id"] for r in callbacks[0]["results"]) == sorted(accepted["session_ids"])
+    for sid in accepted["session_ids"]:
+        assert (root / "sessions" / sid / "workspace" / "proof.txt").read_text().strip() == PROOF
+    assert {row["session_id"] for row in rows} == set(accepted["session_ids"])
+    assert all(row["status"] == "ok" and row["prompt_token_ids"] and row["completion_token_ids"] for row in rows)
+    assert task_containers(task_id) == []

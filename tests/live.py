@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
+import httpx
 import pyarrow.parquet as pq
 from tracetap.capture.upstream import TokenCapture, parse_chat_response, parse_chat_stream
 from tracetap.store import connect
@@ -234,3 +235,14 @@ def _stub_handler(stub: StubUpstream) -> type[BaseHTTPRequestHandler]:
 
     return Handler
 
+
+
+def wait_done(client: httpx.Client, path: str, timeout: float = 240) -> dict:
+    """Poll a rollout server's task route until the task is no longer running (bounded)."""
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        body = client.get(path).json()
+        if body["status"] != "running":
+            return body
+        time.sleep(0.2)
+    raise AssertionError(f"{path} still running: {body}")

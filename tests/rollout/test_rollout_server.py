@@ -13,6 +13,7 @@ import pytest
 import yaml
 from click.testing import CliRunner
 from conftest import DEMO, PYTHON
+from live import wait_done
 from tracetap.rollout.callbacks import LocalReceiver
 from tracetap.rollout.node import GatewayNode, NodeConfig
 from tracetap.rollout.server import BackgroundServer, create_app
@@ -59,16 +60,6 @@ def fix_calc(task_id: str, **fields) -> dict:
 def shell_task(task_id: str, command: str, **fields) -> dict:
     return {"task_id": task_id, "instruction": "x", "agent": {"harness": "shell", "settings": {"command": command}},
             **fields}
-
-
-def wait_done(client: httpx.Client, path: str, timeout: float = 240) -> dict:
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        body = client.get(path).json()
-        if body["status"] != "running":
-            return body
-        time.sleep(0.2)
-    raise AssertionError(f"{path} still running: {body}")
 
 
 def test_four_samples_over_http_end_completed_with_one_callback(client, gw):
