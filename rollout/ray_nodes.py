@@ -38,6 +38,7 @@ PING_SECONDS = 30.0     # an actor that does not answer a ping within this is lo
 WATCH_SECONDS = 5.0     # how often a long wait pings its actor
 RESULT_SLACK_SECONDS = 120.0  # past budget + POSTRUN grace, a result that has not come is not coming
 OBJECT_STORE_BYTES = 128 * 1024 * 1024  # the nodes pass small messages only
+PROBE_SECONDS = 5.0     # a cluster address must accept a TCP connection within this
 CLUSTER_SWITCH = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"  # "0": Ray's single-machine mode (see _loopback_only)
 
 
@@ -200,6 +201,7 @@ def ray_cluster(address: str, cpus: int) -> Iterator[None]:
     """Connect to the Ray cluster at `address` (`auto`, `HOST:PORT`, `ray://...`), or for `local` start a
     private one on 127.0.0.1 with `cpus` CPUs; disconnect on exit, which also stops a cluster started here."""
     if address != LOCAL:
+        _probe(address)
         try:
             ray.init(address=address)
         except ConnectionError as exc:  # `auto` with no cluster running here
@@ -212,6 +214,18 @@ def ray_cluster(address: str, cpus: int) -> Iterator[None]:
         yield
     finally:
         ray.shutdown()
+
+
+def _probe(address: str) -> None:
+    """A `HOST:PORT` (or `ray://HOST:PORT`) where nothing answers fails here at once: `ray.init` would retry it
+    for minutes. Other forms (`auto`) are left to `ray.init`, which says what is wrong."""
+    host, colon, port = address.removeprefix("ray://").rpartition(":")
+    if not colon or not port.isdigit():
+        return
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=PROBE_SECONDS).close()
+    except OSError as exc:
+        raise RayUnavailable(f"no Ray cluster answers at {address!r}: {exc}") from None
 
 
 @contextmanager

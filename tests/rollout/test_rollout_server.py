@@ -20,6 +20,7 @@ from tracetap.rollout.server import BackgroundServer, create_app
 from tracetap.store.paths import task_file
 
 from tracetap.cli import cli as main_cli
+from tracetap.launch import free_port
 
 TEST_COMMAND = f"{PYTHON} -m pytest -v -p no:cacheprovider"
 EXPECTED = {"test_calc.py::test_add": "PASSED", "test_calc.py::test_mul": "PASSED"}
@@ -197,3 +198,6 @@ def test_cli_cancel_and_ray_without_a_cluster(server, tmp_path, monkeypatch):
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
     ray = cli("serve", "--ray", "auto", "--store", str(tmp_path / "s"))
     assert ray.exit_code != 0 and "no Ray cluster at 'auto'" in ray.output, ray.output
+    nobody = f"127.0.0.1:{free_port()}"  # nothing listens there: an error at once, not minutes of retries
+    ray = cli("serve", "--ray", nobody, "--store", str(tmp_path / "s"))
+    assert ray.exit_code != 0 and f"no Ray cluster answers at '{nobody}'" in ray.output, ray.output
