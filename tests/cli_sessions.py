@@ -17,9 +17,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-import docker
 import httpx
 import live
+from docker_daemon import labelled
 from live import wait_done
 from tracetap.rollout.callbacks import LocalReceiver
 from tracetap.rollout.harnesses import CLI_HARNESSES, npm
@@ -124,14 +124,6 @@ def check_session(run: CliSession, binding: str = "path") -> None:
     assert continued and continued[0]["finish_reason"] == "stop", "no later prompt extends the tool call"
 
 
-def task_containers(task_id: str) -> list:
-    client = docker.from_env()
-    try:
-        return client.containers.list(all=True, filters={"label": f"tracetap.task={task_id}"})
-    finally:
-        client.close()
-
-
 def submit_and_wait(store: Path, nodes, task: dict) -> tuple[dict, dict, list[dict]]:
     """(accepted, final TaskResult, callback bodies) of one task through a rollout server over HTTP."""
     server, receiver = BackgroundServer(create_app(store, nodes)), LocalReceiver()
@@ -168,4 +160,4 @@ def four_samples_in_docker(name: str, image: str, root: Path) -> None:
         assert (root / "sessions" / sid / "workspace" / "proof.txt").read_text().strip() == PROOF
     assert {row["session_id"] for row in rows} == set(accepted["session_ids"])
     assert all(row["status"] == "ok" and row["prompt_token_ids"] and row["completion_token_ids"] for row in rows)
-    assert task_containers(task_id) == []
+    assert labelled(f"tracetap.task={task_id}") == []

@@ -12,6 +12,8 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
+import docker
+
 SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "dockerd.sh"
 DEFAULT_SOCKET = "unix:///run/tracetap-docker/docker.sock"
 
@@ -53,3 +55,12 @@ def image_tag(built: subprocess.CompletedProcess) -> str:
     """The tag a successful build printed last."""
     assert built.returncode == 0, built.stderr
     return built.stdout.strip().splitlines()[-1]
+
+
+def labelled(label: str, base_url: str | None = None) -> list:
+    """Containers in any state carrying `label` (`key=value`), in the engine at `base_url` (default: $DOCKER_HOST)."""
+    client = docker.DockerClient(base_url=base_url) if base_url else docker.from_env()
+    try:
+        return client.containers.list(all=True, filters={"label": label})
+    finally:
+        client.close()

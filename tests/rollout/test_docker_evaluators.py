@@ -13,6 +13,7 @@ import docker
 import pytest
 from click.testing import CliRunner
 from conftest import run, samples
+from docker_daemon import labelled
 from swebench_set import make_task_set
 from test_node import node_for, run_all
 from tracetap.rollout.harbor import harbor_task_request
@@ -52,10 +53,6 @@ def testbed_image(client, base, task_set) -> str:
     return build_task_image(task_set.context, base, client)
 
 
-def containers(client, label: str) -> list:
-    return client.containers.list(all=True, filters={"label": label})
-
-
 def shell(command: str) -> dict:
     return {"harness": "shell", "settings": {"command": command}}
 
@@ -79,7 +76,7 @@ def test_harbor_task_rewarded_from_its_verifier_with_its_logs_kept(gw, client, b
     assert json.loads((logs[0] / "reward.json").read_text()) == {"reward": 1.0, "greeting": 1}
     assert not (logs[0] / "reward.txt").exists()  # reward.json wins: reward.txt (0.5) is not read
     assert "eval/verifier.stdout.log" in results[0].logs
-    assert containers(client, "tracetap.task=evalrt-harbor") == []
+    assert labelled("tracetap.task=evalrt-harbor") == []
 
 
 def swebench_request(instance: dict, image: str, command: str):
@@ -109,7 +106,7 @@ def test_swebench_task_set_in_containers(gw, client, testbed_image, task_set, tm
     assert reports[2]["calc-sub"]["empty_generation"] is True
     assert missing.status is SessionStatus.ERROR
     assert f"base_commit {'f' * 40} does not exist in /testbed" in missing.error
-    assert containers(client, "tracetap.node=evalrt-swebench-node") == []
+    assert labelled("tracetap.node=evalrt-swebench-node") == []
 
 
 def test_cancel_removes_the_fresh_runtime_too(gw, client, testbed_image, task_set, tmp_path):
@@ -122,7 +119,7 @@ def test_cancel_removes_the_fresh_runtime_too(gw, client, testbed_image, task_se
         running = asyncio.ensure_future(node.run_session(ctx))
         while not ready.exists():
             await asyncio.sleep(0.1)
-        labels = {c.labels["tracetap.session"] for c in containers(client, "tracetap.node=evalrt-cancel-node")}
+        labels = {c.labels["tracetap.session"] for c in labelled("tracetap.node=evalrt-cancel-node")}
         assert await node.cancel(ctx.session_id)
         result = await running
         await node.shutdown()
@@ -131,4 +128,4 @@ def test_cancel_removes_the_fresh_runtime_too(gw, client, testbed_image, task_se
     labels, result = run(scenario())
     assert labels == {ctx.session_id, f"{ctx.session_id}-eval"}
     assert result.status is SessionStatus.CANCELLED
-    assert containers(client, "tracetap.node=evalrt-cancel-node") == []
+    assert labelled("tracetap.node=evalrt-cancel-node") == []

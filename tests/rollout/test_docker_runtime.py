@@ -14,6 +14,7 @@ from urllib.parse import urlsplit
 
 import docker
 import pytest
+from docker_daemon import labelled
 from tracetap.rollout.images.rootfs import ensure_rootfs
 from tracetap.rollout.models import RuntimeSpec, SessionContext, SessionStatus, TaskRequest, new_session_id
 from tracetap.rollout.node import GatewayNode, NodeConfig
@@ -39,11 +40,7 @@ def image(docker_host: str, images_cache: Path) -> str:
 
 
 def containers(node_id: str) -> list:
-    client = docker.from_env()
-    try:
-        return client.containers.list(all=True, filters={"label": f"tracetap.node={node_id}"})
-    finally:
-        client.close()
+    return labelled(f"tracetap.node={node_id}")
 
 
 async def session(tmp_path: Path, node_id: str, scenario, gateway: str = "http://127.0.0.1:9/",
@@ -79,13 +76,15 @@ def test_exec_env_cwd_logs_and_labels(docker_host: str, tmp_path: Path) -> None:
     assert containers("node-exec") == []
 
 
-def test_timeout_kills_the_command_group(docker_host: str, tmp_path: Path) -> None:
-    async def scenario(runtime):
-        result = await runtime.exec("(sleep 300 &); sleep 300", env={}, log_name="hang", timeout=1)
-        ps = await runtime.exec(LIST_SLEEPS, env={}, log_name="ps")
-        return result, ps.stdout_path.read_text().split()
+async def hang_past_a_timeout(runtime) -> tuple:
+    """A command (with a background child in its group) out of time, then how many of its sleeps are left."""
+    result = await runtime.exec("(sleep 300 &); sleep 300", env={}, log_name="hang", timeout=1)
+    ps = await runtime.exec(LIST_SLEEPS, env={}, log_name="ps")
+    return result, ps.stdout_path.read_text().split()
 
-    result, counts = asyncio.run(session(tmp_path, "node-timeout", scenario))
+
+def test_timeout_kills_the_command_group(docker_host: str, tmp_path: Path) -> None:
+    result, counts = asyncio.run(session(tmp_path, "node-timeout", hang_past_a_timeout))
     assert result.timed_out
     assert counts[-1] == "0"  # no sleep left, not even the one the command put in the background group
 
@@ -138,29 +137,34 @@ def fetch(host: str, port: int) -> str:
     return f"timeout 3 bash -c 'exec 3<>/dev/tcp/{host}/{port}; cat <&3' || echo unreachable"
 
 
-def test_gateway_network_reaches_only_the_gateway(docker_host: str, tmp_path: Path) -> None:
-    async def scenario(runtime, url):
-        link = urlsplit(url)
-        probes = [fetch(link.hostname, link.port), fetch(link.hostname, other), fetch("127.0.0.1", other)]
-        outputs = []
-        for number, probe in enumerate(probes):
-            outputs.append((await runtime.exec(probe, env={}, log_name=f"p{number}")).stdout_path.read_text())
-        routes = (await runtime.exec("tail -n +2 /proc/net/route", env={}, log_name="routes")).stdout_path
-        return link.hostname, outputs, routes.read_text().splitlines()
-
-    async def main():
-        gateway, stranger = await greeter("127.0.0.1", b"gateway"), await greeter("0.0.0.0", b"stranger")
-        nonlocal other
-        other = stranger.sockets[0].getsockname()[1]
+async def beside_a_stranger(run):
+    """`run(gateway_url, stranger_port)` while a gateway listens on 127.0.0.1 and a second server on every
+    interface (what a confined container must not reach)."""
+    gateway, stranger = await greeter("127.0.0.1", b"gateway"), await greeter("0.0.0.0", b"stranger")
+    try:
         port = gateway.sockets[0].getsockname()[1]
-        try:
-            return await session(tmp_path, "node-net", scenario, f"http://127.0.0.1:{port}/v1", network="gateway")
-        finally:
-            gateway.close()
-            stranger.close()
+        return await run(f"http://127.0.0.1:{port}/v1", stranger.sockets[0].getsockname()[1])
+    finally:
+        gateway.close()
+        stranger.close()
 
-    other = 0
-    link_ip, outputs, routes = asyncio.run(main())
+
+async def probe_outputs(runtime, probes: list[str]) -> list[str]:
+    return [(await runtime.exec(probe, env={}, log_name=f"p{n}")).stdout_path.read_text()
+            for n, probe in enumerate(probes)]
+
+
+def test_gateway_network_reaches_only_the_gateway(docker_host: str, tmp_path: Path) -> None:
+    async def probe(gateway_url: str, other: int):
+        async def scenario(runtime, url):
+            link = urlsplit(url)
+            probes = [fetch(link.hostname, link.port), fetch(link.hostname, other), fetch("127.0.0.1", other)]
+            routes = (await runtime.exec("tail -n +2 /proc/net/route", env={}, log_name="routes")).stdout_path
+            return link.hostname, await probe_outputs(runtime, probes), routes.read_text().splitlines()
+
+        return await session(tmp_path, "node-net", scenario, gateway_url, network="gateway")
+
+    link_ip, outputs, routes = asyncio.run(beside_a_stranger(probe))
     assert outputs[0].strip() == "gateway"
     assert outputs[1].strip() == outputs[2].strip() == "unreachable"
     assert len(routes) == 1  # one route, to the link address, no default
@@ -201,17 +205,22 @@ def crash_a_node(sessions_root: Path, image: str, backend: str, node_id: str) ->
         child.wait(timeout=30)
 
 
-def test_a_new_node_sweeps_what_a_killed_node_left(docker_host: str, tmp_path: Path) -> None:
-    crash_a_node(tmp_path / "node", IMAGE, "docker", "node-crash")
-    assert len(containers("node-crash")) == 1
+def check_sweep_after_crash(sessions_root: Path, image: str, backend: str, node_id: str, listed) -> None:
+    """A killed node leaves its container (`listed(node_id)` finds it); a new node with its id removes it."""
+    crash_a_node(sessions_root, image, backend, node_id)
+    assert len(listed(node_id)) == 1
 
     async def restart():
-        node = NodeRuntimes("node-crash", tmp_path / "node")
+        node = NodeRuntimes(node_id, sessions_root)
         await node.start("http://127.0.0.1:9/")
         await node.close()
 
     asyncio.run(restart())
-    assert containers("node-crash") == []
+    assert listed(node_id) == []
+
+
+def test_a_new_node_sweeps_what_a_killed_node_left(docker_host: str, tmp_path: Path) -> None:
+    check_sweep_after_crash(tmp_path / "node", IMAGE, "docker", "node-crash", containers)
 
 
 def test_a_hanging_harness_is_killed_at_the_budget_and_its_container_removed(gw, tmp_path: Path) -> None:

@@ -4,40 +4,44 @@ user, reach their gateway through the socket link and nothing else, and are remo
 from __future__ import annotations
 
 import asyncio
-import os
 import pwd
 import shutil
 import subprocess
-import sys
 import tempfile
 from pathlib import Path
 from urllib.parse import urlsplit
 
 import docker
 import pytest
-from test_docker_runtime import LIST_SLEEPS, SID, crash_a_node, fetch, greeter, session
-from tracetap.rollout.images.base import images_dir
+from docker_daemon import image_tag, labelled
+from test_docker_runtime import (
+    SID,
+    beside_a_stranger,
+    check_sweep_after_crash,
+    fetch,
+    hang_past_a_timeout,
+    probe_outputs,
+    session,
+)
 from tracetap.rollout.images.daemon import copy_image
 from tracetap.rollout.images.rootfs import ensure_rootfs
 from tracetap.rollout.models import SessionContext, SessionStatus, TaskRequest, new_session_id
 from tracetap.rollout.node import GatewayNode, NodeConfig
-from tracetap.rollout.runtimes import NodeRuntimes
 from tracetap.rollout.runtimes.base import RuntimeUnavailable
 from tracetap.rollout.runtimes.podman import podman_url
 from tracetap.store import connect
 
 pytestmark = pytest.mark.podman
-CACHE = images_dir()  # read at import: the images cache outlives a run (the session fixture moves TRACETAP_HOME)
 USER = subprocess.run(["bash", str(Path(__file__).parents[2] / "scripts" / "podman.sh"), "user"],
                       capture_output=True, text=True, check=True).stdout.strip()
 
 
 @pytest.fixture(scope="module")
-def image(docker_host: str, podman_host: str) -> str:
+def image(docker_host: str, podman_host: str, images_cache: Path) -> str:
     """The debootstrap rootfs, built in dockerd (cached) and loaded into the podman user's store."""
     source, target = docker.from_env(), docker.DockerClient(base_url=podman_host, timeout=1800)
     try:
-        tag = ensure_rootfs(source, images_dir(), lambda line: None)
+        tag = ensure_rootfs(source, images_cache, lambda line: None)
         copy_image(source, target, tag)
     finally:
         source.close()
@@ -55,11 +59,7 @@ def roots() -> Path:
 
 
 def containers(node_id: str) -> list:
-    client = docker.DockerClient(base_url=podman_url())
-    try:
-        return client.containers.list(all=True, filters={"label": f"tracetap.node={node_id}"})
-    finally:
-        client.close()
+    return labelled(f"tracetap.node={node_id}", podman_url())
 
 
 def host_uid(pid: int) -> int:
@@ -88,55 +88,29 @@ def test_exec_runs_as_the_unprivileged_user(image: str, roots: Path) -> None:
 
 
 def test_timeout_kills_the_command_group(image: str, roots: Path) -> None:
-    async def scenario(runtime):
-        result = await runtime.exec("(sleep 300 &); sleep 300", env={}, log_name="hang", timeout=1)
-        ps = await runtime.exec(LIST_SLEEPS, env={}, log_name="ps")
-        return result, ps.stdout_path.read_text().split()
-
-    result, counts = asyncio.run(session(roots, "pm-timeout", scenario, backend="podman", image=image))
+    result, counts = asyncio.run(session(roots, "pm-timeout", hang_past_a_timeout, backend="podman", image=image))
     assert result.timed_out
     assert counts[-1] == "0"
 
 
 def test_gateway_link_reaches_only_the_gateway(image: str, roots: Path) -> None:
-    async def scenario(runtime, url):
-        link = urlsplit(url)
-        probes = [fetch(link.hostname, link.port), fetch("127.0.0.1", other), "ls /sys/class/net"]
-        outputs = []
-        for number, probe in enumerate(probes):
-            outputs.append((await runtime.exec(probe, env={}, log_name=f"p{number}")).stdout_path.read_text())
-        return outputs
+    async def probe(gateway_url: str, other: int):
+        async def scenario(runtime, url):
+            link = urlsplit(url)
+            probes = [fetch(link.hostname, link.port), fetch("127.0.0.1", other), "ls /sys/class/net"]
+            return await probe_outputs(runtime, probes)
 
-    async def main():
-        gateway, stranger = await greeter("127.0.0.1", b"gateway"), await greeter("0.0.0.0", b"stranger")
-        nonlocal other
-        other = stranger.sockets[0].getsockname()[1]
-        port = gateway.sockets[0].getsockname()[1]
-        try:
-            return await session(roots, "pm-net", scenario, f"http://127.0.0.1:{port}/v1", backend="podman",
-                                 image=image, network="gateway")
-        finally:
-            gateway.close()
-            stranger.close()
+        return await session(roots, "pm-net", scenario, gateway_url, backend="podman", image=image,
+                             network="gateway")
 
-    other = 0
-    outputs = asyncio.run(main())
+    outputs = asyncio.run(beside_a_stranger(probe))
     assert outputs[0].strip() == "gateway"
     assert outputs[1].strip() == "unreachable"
     assert outputs[2].split() == ["lo"]  # no interface but loopback: nothing off the container is routable
 
 
 def test_a_new_node_sweeps_what_a_killed_node_left(image: str, roots: Path) -> None:
-    crash_a_node(roots / "node", image, "podman", "pm-crash")
-    assert len(containers("pm-crash")) == 1
-
-    async def restart():
-        node = NodeRuntimes("pm-crash", roots / "node")
-        await node.start("http://127.0.0.1:9/")
-        await node.close()
-
-    asyncio.run(restart())
-    assert containers("pm-crash") == []
+    check_sweep_after_crash(roots / "node", image, "podman", "pm-crash", containers)
 
 
 CALL = ("python3 -c 'import json, os, urllib.request as u\n"
@@ -168,12 +142,8 @@ def test_a_shell_session_in_podman_records_its_calls(gw, image: str, roots: Path
     assert containers("pm-shell") == []
 
 
-def test_image_build_loads_the_base_image_into_podman(podman_host: str, docker_host: str) -> None:
-    env = {**os.environ, "TRACETAP_IMAGES_DIR": str(CACHE)}
-    built = subprocess.run([sys.executable, "-m", "tracetap.cli", "image", "build", "--harness", "pi", "--podman"],
-                           env=env, capture_output=True, text=True, timeout=1800)
-    assert built.returncode == 0, built.stderr
-    tag = built.stdout.strip().splitlines()[-1]
+def test_image_build_loads_the_base_image_into_podman(podman_host: str, image_build) -> None:
+    tag = image_tag(image_build("--harness", "pi", "--podman"))
     client = docker.DockerClient(base_url=podman_host)
     try:
         out = client.containers.run(tag, ["bash", "-lc", "pi --version && id -u"], remove=True,

@@ -56,7 +56,7 @@ def test_demo_summary_matches_store(tmp_path):
 
 @pytest.mark.docker
 def test_demo_in_docker_gives_the_same_rewards_and_leaves_no_container(docker_host, images_cache, tmp_path):
-    import docker
+    from docker_daemon import labelled
 
     out = tmp_path / "demo"
     done = demo(out, "--runtime", "docker", TRACETAP_IMAGES_DIR=str(images_cache))
@@ -68,11 +68,7 @@ def test_demo_in_docker_gives_the_same_rewards_and_leaves_no_container(docker_ho
         assert "test_calc.py::test_add PASSED" in (session / "logs" / "eval" / "test_on_output.stdout.log").read_text()
         agent = (session / "logs" / "agent" / "agent.stdout.log").read_text()
         assert '"tool_calls": ["run_shell", "run_shell", "write_file", "run_shell"]' in agent
-    client = docker.from_env()
-    try:
-        assert client.containers.list(all=True, filters={"label": "tracetap.task=fix-calc"}) == []
-    finally:
-        client.close()
+    assert labelled("tracetap.task=fix-calc") == []
 
 
 def test_demo_in_docker_without_docker_is_a_clear_error(tmp_path):
