@@ -40,10 +40,12 @@ user_conf() {  # $1: home, $2: file under ~/.config/containers, $3: printf forma
     chown "$USER_NAME:" "$1/.config/containers/$2"
 }
 
-# Everything podman runs as the user: no login session, so XDG_RUNTIME_DIR is our private run dir.
-# `exec`: in a background subshell the service's pid is then $!.
+# Everything podman runs as the user: no login session, so XDG_RUNTIME_DIR is our private run dir. It runs
+# in the user's home: the caller's folder may be one the user cannot enter (a 0700 `mktemp -d` checkout), and
+# podman then fails to set up its user namespace. `exec`: in a background subshell the service's pid is $!.
 as_user() {
     local home; home=$(getent passwd "$USER_NAME" | cut -d: -f6)
+    cd "$home"
     exec setpriv --reuid="$USER_NAME" --regid="$USER_NAME" --init-groups \
         env -i PATH=/usr/local/bin:/usr/bin:/bin HOME="$home" USER="$USER_NAME" XDG_RUNTIME_DIR="$RUN/xdg" "$@"
 }

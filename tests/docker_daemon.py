@@ -29,7 +29,8 @@ def docker_daemon() -> Iterator[str]:
     host = os.environ.get("DOCKER_HOST", DEFAULT_SOCKET)
     started = not _answers(host)
     if started:
-        run = subprocess.run([str(SCRIPT), "start"], capture_output=True, text=True, timeout=600, check=True)
+        run = subprocess.run([str(SCRIPT), "start"], capture_output=True, text=True, timeout=600)
+        assert run.returncode == 0, f"scripts/dockerd.sh start failed:\n{run.stderr[-3000:]}"
         host = run.stdout.strip().splitlines()[-1].split("=", 1)[1]
     saved = os.environ.get("DOCKER_HOST")
     os.environ["DOCKER_HOST"] = host

@@ -24,7 +24,8 @@ def podman_service() -> Iterator[str]:
     url = podman_url()
     started = not _answers(url)
     if started:
-        run = subprocess.run([str(SCRIPT), "start"], capture_output=True, text=True, timeout=600, check=True)
+        run = subprocess.run([str(SCRIPT), "start"], capture_output=True, text=True, timeout=600)
+        assert run.returncode == 0, f"scripts/podman.sh start failed:\n{run.stderr[-3000:]}"
         url = run.stdout.strip().splitlines()[-1].split("=", 1)[1]
     saved = os.environ.get(VARIABLE)
     os.environ[VARIABLE] = url
