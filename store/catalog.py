@@ -24,8 +24,9 @@ from typing import TYPE_CHECKING
 from tracetap.store.connection import StoreConnection, duckdb_vanished
 from tracetap.store.files import storage_schema
 from tracetap.store.paths import TABLE_DEPTH, data_files, table_glob
-from tracetap.store.reading import retrying, session_files
-from tracetap.store.schema import TABLES
+from tracetap.store.reading import read_session, retrying, session_files
+from tracetap.store.compact_form import BODIES, PLACEHOLDER, refs_column, template_column
+from tracetap.store.schema import STORED_TABLES, TABLES
 
 if TYPE_CHECKING:
     import duckdb
@@ -40,7 +41,7 @@ VIEW_COLUMNS = {"completions": (
 )}
 # tables that gained a column since schema version 1: their files are matched by column name (older
 # files read it as NULL), which costs a schema read per file, so only where needed
-GREW_COLUMNS = ("sessions",)
+GREW_COLUMNS = ("sessions", "completions")
 
 
 def _sql_string(value: str) -> str:
@@ -49,7 +50,7 @@ def _sql_string(value: str) -> str:
 
 def _typed_empty(con: duckdb.DuckDBPyConnection, table: str) -> str:
     """A SELECT with every column of `table` (and `filename`), typed, returning no rows."""
-    empty = con.from_arrow(storage_schema(TABLES[table]).empty_table())
+    empty = con.from_arrow(storage_schema(STORED_TABLES[table]).empty_table())
     columns = [f'NULL::{kind} AS "{name}"' for name, kind in zip(empty.columns, empty.types, strict=True)]
     return f"SELECT {', '.join(columns)}, NULL::VARCHAR AS filename WHERE false"
 
@@ -61,8 +62,8 @@ def _source(con: duckdb.DuckDBPyConnection, root: Path, table: str) -> str:
     return f"SELECT * FROM ({_typed_empty(con, table)}) UNION ALL BY NAME {scan}"
 
 
-def _columns(table: str) -> str:
-    return ", ".join(f'"{name}"' for name in TABLES[table].names)
+def _columns(table: str, tables: dict = TABLES) -> str:
+    return ", ".join(f'"{name}"' for name in tables[table].names)
 
 
 def _visible_completions(con: duckdb.DuckDBPyConnection, root: Path) -> str:
@@ -70,8 +71,46 @@ def _visible_completions(con: duckdb.DuckDBPyConnection, root: Path) -> str:
     part = f"TRY_CAST(regexp_extract(filename, '{PART_NUMBER}', 1) AS BIGINT)"
     numbered = f"SELECT *, {part} AS _part FROM ({_source(con, root, 'completions')})"
     windowed = f"SELECT *, max(_part) OVER (PARTITION BY session_id) AS _covered FROM ({numbered})"
-    return (f"SELECT {_columns('completions')} FROM ({windowed}) "
+    return (f"SELECT {_columns('completions', STORED_TABLES)} FROM ({windowed}) "
             "WHERE CASE WHEN _part IS NULL THEN seq >= coalesce(_covered, 0) ELSE _part = _covered END")
+
+
+def _body_texts(body: str) -> str:
+    """(session_id, seq, texts): the texts of one JSON body's chunks, in template order."""
+    refs = refs_column(body)
+    items = f"SELECT session_id, seq, unnest({refs}) AS key, generate_subscripts({refs}, 1) AS ord FROM visible"
+    return (f"SELECT i.session_id, i.seq, list(b.text ORDER BY i.ord) AS texts FROM ({items}) i "
+            "JOIN blobs b ON i.session_id = b.session_id AND i.key = b.key GROUP BY ALL")
+
+
+def _full_body(body: str) -> str:
+    """The body whole: its template with chunk i put in place of the i-th PLACEHOLDER."""
+    template = f"v.{template_column(body)}"
+    parts = (f"list_transform(string_split({template}, chr({ord(PLACEHOLDER)})), "
+             f"lambda literal, i: CASE WHEN i = 1 THEN literal ELSE {body}_t.texts[i - 1] || literal END)")
+    return f"CASE WHEN {template} IS NULL THEN v.{body} ELSE array_to_string({parts}, '') END AS {body}"
+
+
+def _expanded(visible: str) -> str:
+    """Stored rows to full ones (store/compact_form.py): a recursive CTE follows prompt_ref_seq down each
+    chain, one level per iteration; JSON bodies join their chunks by key (no recursion: chunks are
+    content-addressed per session)."""
+    step = ("list_concat(list_slice(list_concat(p.ids, coalesce(p.tail, [])), 1, v.prompt_ref_len), "
+            "v.prompt_suffix_ids)")
+    prompts = ("SELECT session_id, seq, coalesce(prompt_suffix_ids, prompt_token_ids) AS ids, "
+               "completion_token_ids AS tail FROM visible WHERE prompt_ref_seq IS NULL UNION ALL "
+               f"SELECT v.session_id, v.seq, {step}, v.completion_token_ids FROM visible v "
+               "JOIN prompts p ON v.session_id = p.session_id AND v.prompt_ref_seq = p.seq")
+    blobs = ("SELECT session_id, b.key AS key, any_value(b.text) AS text "
+             "FROM (SELECT session_id, unnest(json_blobs) AS b FROM visible) GROUP BY ALL")
+    texts = "".join(f", {body}_t AS ({_body_texts(body)})" for body in BODIES)
+    joins = "".join(f" LEFT JOIN {body}_t ON v.session_id = {body}_t.session_id AND v.seq = {body}_t.seq"
+                    for body in BODIES)
+    full = ", ".join(_full_body(body) for body in BODIES)
+    return (f"WITH RECURSIVE visible AS MATERIALIZED ({visible}), prompts(session_id, seq, ids, tail) AS "
+            f"({prompts}), blobs AS ({blobs}){texts} "
+            f"SELECT v.* EXCLUDE (prompt_token_ids, {', '.join(BODIES)}), p.ids AS prompt_token_ids, {full} "
+            "FROM visible v LEFT JOIN prompts p ON v.session_id = p.session_id AND v.seq = p.seq" + joins)
 
 
 def _threads(con: duckdb.DuckDBPyConnection, root: Path) -> str:
@@ -86,7 +125,7 @@ def _threads(con: duckdb.DuckDBPyConnection, root: Path) -> str:
 def _completions_sql(con: duckdb.DuckDBPyConnection, root: Path) -> str:
     tools = "json_array_length(chat_request_json, '$.tools') > 0"
     offers_tools = f"CASE WHEN chat_request_json IS NULL THEN NULL ELSE coalesce({tools}, false) END"
-    with_tools = f"SELECT *, {offers_tools} AS _tools FROM ({_visible_completions(con, root)})"
+    with_tools = f"SELECT *, {offers_tools} AS _tools FROM ({_expanded(_visible_completions(con, root))})"
     return (f"SELECT c.{_columns('completions').replace(', ', ', c.')}, t.chain_index::INTEGER AS chain_index, "
             "NOT c._tools AND bool_or(c._tools) OVER (PARTITION BY c.session_id) AS side_call "
             f"FROM ({with_tools}) c LEFT JOIN ({_threads(con, root)}) t "
@@ -148,14 +187,30 @@ def scan(root: Path | str, table: str) -> polars.LazyFrame:
     return register_io_source(source, schema=schema, explain_name=f"tracetap {table}")
 
 
+def _completions_frame(root: Path, schema: polars.Schema, with_columns: list[str] | None,
+                       predicate: polars.Expr | None) -> polars.LazyFrame:
+    """Completions read through the Python reader, which expands the compact form, session by session."""
+    import polars
+
+    wanted = list(schema) if with_columns is None else list(with_columns)
+    if predicate is not None:
+        wanted += [name for name in predicate.meta.root_names() if name not in wanted]
+    directories = sorted(Path(root, "completions").glob("session_id=*"))
+    frames = [polars.from_arrow(read_session(directory, wanted)) for directory in directories]
+    return polars.concat(frames).lazy() if frames else polars.LazyFrame(schema={n: schema[n] for n in wanted})
+
+
 def _collect(root: Path, table: str, schema: polars.Schema, with_columns: list[str] | None,
              predicate: polars.Expr | None, n_rows: int | None) -> polars.DataFrame:
     """What one collect of `scan(root, table)` asks for, read from the files listed now."""
     import polars
 
-    files = table_files(root, table)
-    frame = (polars.scan_parquet(files, schema=schema, hive_partitioning=False, missing_columns="insert")
-             if files else polars.LazyFrame(schema=schema))
+    if table == "completions":
+        frame = _completions_frame(root, schema, with_columns, predicate)
+    else:
+        files = table_files(root, table)
+        frame = (polars.scan_parquet(files, schema=schema, hive_partitioning=False, missing_columns="insert")
+                 if files else polars.LazyFrame(schema=schema))
     if predicate is not None:
         frame = frame.filter(predicate)
     if with_columns is not None:

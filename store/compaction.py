@@ -30,7 +30,7 @@ from pathlib import Path
 import pyarrow as pa
 from tracetap.store.files import fsync_dir, read_parquet, write_parquet_atomic
 from tracetap.store.paths import data_files, loose_seq, part_covered, part_name, session_dir, validate_session_id
-from tracetap.store.schema import COMPLETIONS
+from tracetap.store.schema import STORED_COMPLETIONS
 
 LOCK_NAME = ".compact.lock"
 STALE_TMP_SECONDS = 3600.0
@@ -93,7 +93,7 @@ def _stale_temps(directory: Path) -> list[Path]:
 
 def _merge(directory: Path, inputs: list[Path], covered: int) -> pa.Table:
     """The rows of `inputs`, checked to be exactly seqs 0..covered-1 of one session, in order."""
-    table = read_parquet(inputs, COMPLETIONS)
+    table = read_parquet(inputs, STORED_COMPLETIONS)
     if table.column("seq").to_pylist() != list(range(covered)):
         raise RuntimeError(f"{directory}: files to merge do not hold seqs 0..{covered - 1}; left unchanged")
     if len(set(table.column("session_id").to_pylist())) > 1:

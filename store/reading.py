@@ -23,7 +23,8 @@ import pyarrow as pa
 from tracetap.store.compaction import live_files
 from tracetap.store.files import read_parquet
 from tracetap.store.paths import loose_seq, part_covered
-from tracetap.store.schema import COMPLETIONS
+from tracetap.store.expansion import expand, inputs
+from tracetap.store.schema import COMPLETIONS, STORED_COMPLETIONS
 
 ATTEMPTS = 8
 FIRST_BACKOFF = 0.01  # seconds before the second attempt, doubled for each next one
@@ -78,5 +79,8 @@ def session_files(directory: Path) -> list[Path]:
 
 
 def read_session(directory: Path, columns: list[str] | None = None) -> pa.Table:
-    """One session's completions (unordered) as of one listing, whatever compaction does meanwhile."""
-    return retrying(lambda: read_parquet(session_files(directory), COMPLETIONS, columns))
+    """One session's completions, full (store/expansion.py) and in seq order, as of one listing,
+    whatever compaction does meanwhile. `columns` may name stored compact columns too."""
+    wanted = columns if columns is not None else COMPLETIONS.names
+    stored = retrying(lambda: read_parquet(session_files(directory), STORED_COMPLETIONS, inputs(wanted)))
+    return expand(stored, wanted)

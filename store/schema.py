@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: completions files hold the compact form (COMPACT)
 
 API_NAMES = ("openai_chat", "anthropic_messages", "openai_responses", "gemini")
 # degraded: the upstream answered (the harness got it) but not with training data: no token ids,
@@ -57,6 +57,30 @@ COMPLETIONS = pa.schema([
     _f("policy_version", pa.string(), "policy (weights) version that sampled this call, when known"),
     _f("metadata_json", pa.string(), "free-form metadata (headers that identify the harness, capture mode)"),
 ])
+
+JSON_BLOB = pa.struct([("key", pa.int64()), ("text", pa.string())])
+
+
+def _template(body: str) -> list[pa.Field]:
+    return [_f(f"{body}_template", pa.string(), f"{body} with each chunk replaced by U+0001 (null: {body} is "
+               "stored whole)"),
+            _f(f"{body}_refs", pa.list_(pa.int64()), f"keys of {body}'s chunks in order (json_blobs.key)")]
+
+
+# The compact form (store/compact_form.py): what a v2 file stores besides COMPLETIONS. A stored row may
+# have prompt_token_ids, request_json and chat_request_json null: readers and views give them whole.
+COMPACT = pa.schema([
+    _f("prompt_ref_seq", pa.int32(), "seq of the earlier call of the session whose prompt + sampled ids "
+       "this prompt extends (null: no reference)"),
+    _f("prompt_ref_len", pa.int32(), "how many leading tokens of that call's prompt + sampled ids it shares"),
+    _f("prompt_suffix_ids", pa.list_(pa.int32()), "the prompt ids after the shared prefix (the whole prompt "
+       "without a reference; null: prompt_token_ids is stored whole)"),
+    *_template("request_json"),
+    *_template("chat_request_json"),
+    _f("json_blobs", pa.list_(JSON_BLOB), "JSON chunks (array items, long values) this call sent first in "
+       "its session, keyed by a 64-bit blake2b of their text"),
+])
+STORED_COMPLETIONS = pa.schema([*COMPLETIONS, *COMPACT])
 
 SESSIONS = pa.schema([
     _f("session_id", pa.string(), "session id", False),
@@ -109,6 +133,8 @@ TABLES: dict[str, pa.Schema] = {
     "trajectories": TRAJECTORIES,
 }
 
+STORED_TABLES: dict[str, pa.Schema] = {**TABLES, "completions": STORED_COMPLETIONS}  # what files hold
+
 
 def empty_row(schema: pa.Schema) -> dict:
     """A row with every column present and null, so writers only fill what they know."""
@@ -116,5 +142,6 @@ def empty_row(schema: pa.Schema) -> dict:
 
 
 def describe(table: str) -> list[tuple[str, str, str]]:
-    """(column, type, doc) triples for docs and `tracetap schema`."""
-    return [(f.name, str(f.type), f.metadata[b"doc"].decode()) for f in TABLES[table]]
+    """(column, type, doc) triples for docs and `tracetap schema` (completions: its stored columns too)."""
+    schema = STORED_TABLES[table]
+    return [(f.name, str(f.type), f.metadata[b"doc"].decode()) for f in schema]

@@ -11,15 +11,16 @@ from pathlib import Path
 import pyarrow as pa
 from tracetap.store.files import storage_schema, write_parquet_atomic
 from tracetap.store.paths import session_dir, validate_filename, validate_session_id
-from tracetap.store.schema import TABLES, empty_row
+from tracetap.store.schema import STORED_TABLES, empty_row
 
-_STORAGE = {name: storage_schema(schema) for name, schema in TABLES.items()}
-_REQUIRED = {name: [f.name for f in schema if not f.nullable] for name, schema in TABLES.items()}
+_STORAGE = {name: storage_schema(schema) for name, schema in STORED_TABLES.items()}
+_REQUIRED = {name: [f.name for f in schema if not f.nullable] for name, schema in STORED_TABLES.items()}
 
 
 def rows_to_table(table: str, rows: list[dict]) -> pa.Table:
-    """Rows (missing columns null) as an Arrow table of `table`'s schema; unknown columns are an error."""
-    schema = TABLES[table]
+    """Rows (missing columns null) as an Arrow table of `table`'s stored schema (completions: compact
+    columns included); unknown columns are an error."""
+    schema = STORED_TABLES[table]
     full = []
     for row in rows:
         unknown = set(row) - set(schema.names)

@@ -30,6 +30,7 @@ from itertools import islice
 from pathlib import Path
 
 from tracetap.store import compaction
+from tracetap.store.compact_form import History, encode_row
 from tracetap.store.files import (
     StoreError,
     ensure_dir,
@@ -82,6 +83,7 @@ class _Session:
     version: int = 0  # bumped on every change of the summary; `saved` is the version on disk
     saved: int = 0
     evicted: bool = False  # dropped from the cache: whoever holds this state must fetch a fresh one
+    history: History = field(default_factory=History)  # what the compact encoder can refer to
     lock: threading.Lock = field(default_factory=threading.Lock)
     save_lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -160,8 +162,12 @@ class StoreWriter:
     def _open_store(self):
         for table in (None, *TABLES):
             ensure_dir(self.root / table if table else self.root)
-        if read_version(self.root) is None:
+        version = read_version(self.root)
+        if version is None:
             write_text_atomic(self.root / VERSION_FILE, f"{SCHEMA_VERSION}\n")
+        elif version < SCHEMA_VERSION:
+            raise StoreError(f"store {self.root} has schema version {version}: run `tracetap migrate --store "
+                             f"{self.root}` before recording into it (it stays readable as is)")
         owner = open(self.root / ".writer.lock", "a")
         try:
             fcntl.flock(owner, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -214,8 +220,13 @@ class StoreWriter:
             full = {**empty_row(COMPLETIONS), **row, "session_id": sid, "seq": state.next_seq,
                     "completion_id": completion_id}
             full["finished_at"] = full["finished_at"] or datetime.now(UTC)
-            table = rows_to_table("completions", [full])
-            write_parquet_atomic(state.directory / completion_name(state.next_seq, completion_id), table)
+            stored = encode_row(state.history, full)
+            try:
+                write_parquet_atomic(state.directory / completion_name(state.next_seq, completion_id),
+                                     rows_to_table("completions", [stored]))
+            except BaseException:
+                state.history = History()  # it learned a call that is not on disk
+                raise
             state.next_seq += 1
             _apply(state, full)
             state.version += 1

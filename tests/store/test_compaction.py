@@ -4,13 +4,13 @@ import threading
 import time
 
 import duckdb
-import pyarrow.parquet as pq
 import pytest
 from store_rows import completion, snapshot
 from tracetap.store import StoreWriter, connect, scan
 from tracetap.store.compaction import compact_session, compact_store, live_files
 from tracetap.store.files import write_parquet_atomic
 from tracetap.store.paths import session_dir
+from tracetap.store.reading import read_session
 from tracetap.store.tables import rows_to_table
 
 
@@ -33,7 +33,7 @@ def test_compaction_keeps_every_row_in_order(writer, root):
     stored = record(writer, 7)
     assert compact_session(root, "s1") == 7
     assert names(root) == ["part-7.parquet"]
-    part = pq.read_table(session_dir(root, "completions", "s1") / "part-7.parquet").to_pylist()
+    part = read_session(session_dir(root, "completions", "s1")).to_pylist()
     assert part == stored
 
 

@@ -11,7 +11,8 @@ from store_rows import completion, snapshot
 from tracetap.store import InvalidSessionId, StoreWriter, connect
 from tracetap.store.files import StoreError, storage_schema
 from tracetap.store.paths import session_dir, session_file
-from tracetap.store.schema import COMPLETIONS, SCHEMA_VERSION
+from tracetap.store.reading import read_session
+from tracetap.store.schema import COMPLETIONS, SCHEMA_VERSION, STORED_COMPLETIONS
 
 
 def session_row(root, sid="s1"):
@@ -44,8 +45,9 @@ def test_record_fills_ids_and_writes_one_complete_file(writer, root):
     files = list(session_dir(root, "completions", "s1").glob("*.parquet"))
     assert [f.name for f in files] == [f"00000000-{stored['completion_id']}.parquet"]
     table = pq.read_table(files[0])
-    assert table.schema.equals(storage_schema(COMPLETIONS))
-    assert table.to_pylist() == [stored]
+    assert table.schema.equals(storage_schema(STORED_COMPLETIONS))
+    assert table.column("prompt_suffix_ids").to_pylist() == [[1, 2, 3]]  # compact form: no reference
+    assert read_session(files[0].parent).to_pylist() == [stored]
 
 
 def test_every_file_is_complete_and_no_temp_is_left(writer, root):

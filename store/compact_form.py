@@ -1,0 +1,212 @@
+"""The compact form of a completions row: only what is new in a call is stored (pure, no I/O).
+
+Tokens: a prompt is stored as a reference to an earlier call of the same session, whose *sequence*
+is its prompt ids followed by its sampled ids: the first `prompt_ref_len` tokens of the sequence of
+the call `prompt_ref_seq`, then `prompt_suffix_ids`. The reference is the earlier sequence sharing
+the longest prefix with the prompt, so a linear chain refers to its previous turn, a sub-agent to
+its own thread, a retry to the prompt it repeats, a rewritten or re-tokenized history to what it
+kept; under MIN_SHARED tokens there is no reference and the suffix is the whole prompt.
+
+JSON bodies (`request_json`, `chat_request_json`): the string is cut on exact character spans, never
+re-serialized: every item of a top-level array (messages, tools, contents, input) and every long
+top-level value (a system prompt) is a chunk, content-addressed by a 64-bit hash; the body keeps a
+template (the text between chunks, each chunk replaced by PLACEHOLDER) and the list of chunk keys.
+A chunk's text is stored once per session, in `json_blobs` of the first call that sent it.
+
+The writer keeps one History per cached session: a few chain tips as int32 bytes and the keys of
+the chunks already stored, both bounded. A fresh History (after a restart or an eviction) is always
+valid: it only means new references start from scratch.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from dataclasses import dataclass, field
+
+import numpy as np
+
+MIN_SHARED = 64  # tokens: a shorter shared prefix is not worth a reference
+MIN_CHUNK = 32  # characters: shorter JSON values stay in the template
+MAX_TIPS = 4  # chain tips kept per session (main thread, sub-agents, branches)
+MAX_TIP_BYTES = 1 << 20  # int32 bytes of tips kept per session; the oldest tips go first
+MAX_KEYS = 16384  # chunk keys remembered per session (8 bytes each); forgotten ones are stored again
+PLACEHOLDER = "\x01"  # never in valid JSON text (raw control characters are not allowed)
+BODIES = ("request_json", "chat_request_json")
+TOKEN_COLUMNS = ("prompt_ref_seq", "prompt_ref_len", "prompt_suffix_ids")
+
+_WHITESPACE = re.compile(r"[ \t\n\r]*")
+_DECODER = json.JSONDecoder()
+
+
+def template_column(body: str) -> str:
+    return f"{body}_template"
+
+
+def refs_column(body: str) -> str:
+    return f"{body}_refs"
+
+
+def compact_columns() -> tuple[str, ...]:
+    """Every column the compact form adds to a stored completions row."""
+    bodies = tuple(name for body in BODIES for name in (template_column(body), refs_column(body)))
+    return (*TOKEN_COLUMNS, *bodies, "json_blobs")
+
+
+@dataclass
+class History:
+    """What one session's encoder remembers: chain tips and stored chunk keys, in compact bytes."""
+
+    tips: list[tuple[int, bytes]] = field(default_factory=list)  # (seq, int32 sequence), oldest first
+    keys: bytearray = field(default_factory=bytearray)  # 8-byte chunk keys already stored
+
+    def knows(self, key: bytes) -> bool:
+        start = self.keys.find(key)
+        while start >= 0 and start % 8:  # a match across two keys is no match
+            start = self.keys.find(key, start + 1)
+        return start >= 0
+
+    def remember(self, key: bytes) -> None:
+        self.keys += key
+        if len(self.keys) > MAX_KEYS * 8:
+            del self.keys[: len(self.keys) - MAX_KEYS * 8]
+
+
+def _shared(tip: bytes, prompt: np.ndarray) -> int:
+    """Length of the common prefix of a tip and a prompt."""
+    head = np.frombuffer(tip, dtype=np.int32)
+    n = min(len(head), len(prompt))
+    differ = np.flatnonzero(head[:n] != prompt[:n])
+    return int(differ[0]) if len(differ) else n
+
+
+def _add_tip(history: History, seq: int, sequence: np.ndarray, covered: int | None) -> None:
+    """Keep `sequence` as a tip; the tip it wholly extends (`covered`) is dropped, then the oldest."""
+    history.tips = [(s, tip) for s, tip in history.tips if s != covered]
+    history.tips.append((seq, sequence.astype("<i4", copy=False).tobytes()))
+    while len(history.tips) > MAX_TIPS or sum(len(t) for _, t in history.tips) > MAX_TIP_BYTES:
+        history.tips.pop(0)
+
+
+def _int32(values) -> np.ndarray | None:
+    """Token ids as int32, or None when they are not (the schema check then reports the row)."""
+    array = np.asarray(values if values is not None else [])
+    if array.ndim != 1 or (array.size and (array.dtype.kind not in "iu" or array.min() < -2**31
+                                           or array.max() >= 2**31)):
+        return None
+    return array.astype(np.int32)
+
+
+def encode_tokens(history: History, seq: int, prompt, completion) -> dict:
+    """The token columns of one call's stored row, and its sequence kept as a tip."""
+    ids, tail = _int32(prompt), _int32(completion)
+    if prompt is None or ids is None or tail is None:
+        return {}  # stored as is
+    best_seq, best = None, 0
+    for tip_seq, tip in history.tips:
+        if (shared := _shared(tip, ids)) > best:
+            best_seq, best = tip_seq, shared
+    if best < MIN_SHARED:
+        best_seq, best = None, 0
+    covered = best_seq if best_seq is not None and best == len(dict(history.tips)[best_seq]) // 4 else None
+    _add_tip(history, seq, np.concatenate([ids, tail]), covered)
+    return {"prompt_token_ids": None, "prompt_ref_seq": best_seq, "prompt_ref_len": best if best_seq is not None
+            else None, "prompt_suffix_ids": ids[best:].tolist()}
+
+
+def _skip(text: str, at: int) -> int:
+    return _WHITESPACE.match(text, at).end()
+
+
+def _value_spans(text: str, at: int, spans: list[tuple[int, int]]) -> int:
+    """Scan one top-level member value at `at`: array items, or the value itself, become chunks."""
+    if text[at] != "[":
+        end = _DECODER.raw_decode(text, at)[1]
+        if end - at >= MIN_CHUNK:
+            spans.append((at, end))
+        return end
+    at = _skip(text, at + 1)
+    while text[at] != "]":
+        end = _DECODER.raw_decode(text, at)[1]
+        if end - at >= MIN_CHUNK:
+            spans.append((at, end))
+        at = _skip(text, end)
+        if text[at] == ",":
+            at = _skip(text, at + 1)
+        elif text[at] != "]":
+            raise ValueError("expected , or ]")
+    return at + 1
+
+
+def chunk_spans(text: str) -> list[tuple[int, int]] | None:
+    """Character spans of the chunks of a JSON object body; None when it is no JSON object."""
+    try:
+        at = _skip(text, 0)
+        if text[at] != "{":
+            return None
+        at, spans = _skip(text, at + 1), []
+        while text[at] != "}":
+            at = _skip(text, _DECODER.raw_decode(text, at)[1])  # the member's name
+            if text[at] != ":":
+                return None
+            at = _skip(text, _value_spans(text, _skip(text, at + 1), spans))
+            if text[at] == ",":
+                at = _skip(text, at + 1)
+            elif text[at] != "}":
+                return None
+        return spans if _skip(text, at + 1) == len(text) else None
+    except (ValueError, IndexError):
+        return None
+
+
+def chunk_key(chunk: str) -> bytes:
+    return hashlib.blake2b(chunk.encode(), digest_size=8).digest()
+
+
+def key_int(key: bytes) -> int:
+    """The key as the int64 stored in `json_blobs.key` and `<body>_refs`."""
+    return int.from_bytes(key, "little", signed=True)
+
+
+def encode_body(history: History, text: str | None, blobs: list[dict]) -> dict:
+    """One JSON body's stored columns; chunks the session has not stored yet go to `blobs`."""
+    body_spans = chunk_spans(text) if text and PLACEHOLDER not in text else None
+    if not body_spans:
+        return {}  # stored as is
+    template, refs, at = [], [], 0
+    for start, end in body_spans:
+        template.append(text[at:start])
+        chunk, at = text[start:end], end
+        key = chunk_key(chunk)
+        if not history.knows(key):
+            history.remember(key)
+            blobs.append({"key": key_int(key), "text": chunk})
+        refs.append(key_int(key))
+    template.append(text[at:])
+    return {"template": PLACEHOLDER.join(template), "refs": refs}
+
+
+def encode_row(history: History, full: dict) -> dict:
+    """The stored (compact) form of one full completions row; `history` learns the call."""
+    stored = {**full, **dict.fromkeys(compact_columns())}
+    stored.update(encode_tokens(history, full["seq"], full.get("prompt_token_ids"),
+                                full.get("completion_token_ids")))
+    blobs: list[dict] = []
+    for body in BODIES:
+        if encoded := encode_body(history, full.get(body), blobs):
+            stored.update({body: None, template_column(body): encoded["template"],
+                           refs_column(body): encoded["refs"]})
+    stored["json_blobs"] = blobs or None
+    return stored
+
+
+def join_body(template: str, texts: list[str]) -> str:
+    """A body from its template and its chunks' texts, in order (the inverse of encode_body)."""
+    literals = template.split(PLACEHOLDER)
+    if len(literals) != len(texts) + 1:
+        raise ValueError(f"a body template has {len(literals) - 1} chunks, its refs {len(texts)}")
+    out = [literals[0]]
+    for text, literal in zip(texts, literals[1:], strict=True):
+        out += [text, literal]
+    return "".join(out)

@@ -1,0 +1,107 @@
+"""The compact form: what is stored is only what is new, and every reader gives back what was recorded."""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+from compact_sessions import session_calls
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from tracetap.store import StoreWriter, connect, scan
+from tracetap.store.compact_form import MAX_KEYS, MAX_TIPS, History, chunk_spans, encode_row, join_body
+from tracetap.store.paths import session_dir
+from tracetap.store.reading import read_session
+
+CHECKED = ["prompt_token_ids", "request_json", "chat_request_json"]
+
+
+def record(root: Path, sessions: dict[str, list[dict]], seed: int) -> dict[str, list[dict]]:
+    """Record sessions interleaved, closing (compacting) and reopening the writer on the way, with a
+    cache of one session so states are dropped and rebuilt; returns the rows the writer returned."""
+    recorded: dict[str, list[dict]] = {sid: [] for sid in sessions}
+    order = sorted(((n, sid) for sid, rows in sessions.items() for n in range(len(rows))),
+                   key=lambda item: (item[0], (sorted(sessions).index(item[1]) * 7 + seed) % len(sessions)))
+    writer = StoreWriter(root, max_sessions=1)
+    for step, (n, sid) in enumerate(order):
+        recorded[sid].append(writer.record_completion(sessions[sid][n]))
+        if step % 9 == 4:
+            writer.close_session(sid)
+        if step % 13 == 12:
+            writer.close()
+            writer = StoreWriter(root, max_sessions=1)
+    writer.close()
+    return recorded
+
+
+def expected(recorded: dict[str, list[dict]]) -> list[tuple]:
+    return [tuple(row[name] for name in ["session_id", "seq", *CHECKED])
+            for sid in sorted(recorded) for row in recorded[sid]]
+
+
+@settings(max_examples=20, deadline=None)
+@given(st.integers(0, 2**31), st.integers(1, 3), st.integers(1, 30))
+def test_view_and_reader_give_back_what_was_recorded(seed, sessions, calls):
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp, "store")
+        recorded = record(root, {f"s{i}": session_calls(seed + i, f"s{i}", calls) for i in range(sessions)}, seed)
+        for sid, rows in recorded.items():
+            assert read_session(session_dir(root, "completions", sid)).to_pylist() == rows
+        columns = ", ".join(["session_id", "seq", *CHECKED])
+        got = connect(root).execute(f"SELECT {columns} FROM completions ORDER BY session_id, seq").fetchall()
+        assert got == expected(recorded)
+        frame = scan(root, "completions").select(["session_id", "seq", *CHECKED]).sort(["session_id", "seq"])
+        assert frame.collect().rows() == expected(recorded)
+
+
+def test_a_linear_session_stores_each_prompt_as_a_reference_to_the_turn_before(tmp_path):
+    rows = [{"session_id": "s", "status": "ok", "prompt_token_ids": list(range(100 + 10 * n)),
+             "completion_token_ids": list(range(100 + 10 * n, 105 + 10 * n))} for n in range(4)]
+    with StoreWriter(tmp_path) as writer:
+        for row in rows:
+            writer.record_completion(row)
+        writer.close_session("s")
+    part = pq.read_table(session_dir(tmp_path, "completions", "s") / "part-4.parquet")
+    assert part.column("prompt_token_ids").null_count == 4
+    assert part.column("prompt_ref_seq").to_pylist() == [None, 0, 1, 2]
+    assert part.column("prompt_ref_len").to_pylist() == [None, 105, 115, 125]
+    assert [len(ids) for ids in part.column("prompt_suffix_ids").to_pylist()] == [100, 5, 5, 5]
+
+
+def test_a_json_body_is_cut_on_exact_spans_and_each_chunk_stored_once():
+    messages = [{"role": "user", "content": "a long enough first message " * 2}]
+    history, stored = History(), []
+    for turn in range(3):
+        messages.append({"role": "assistant", "content": f"turn {turn} says something long enough"})
+        body = json.dumps({"model": "m", "messages": messages}, indent=1)
+        row = encode_row(history, {"seq": turn, "request_json": body})
+        assert row["request_json"] is None
+        stored.append(row)
+        blobs = {b["key"]: b["text"] for r in stored for b in r["json_blobs"] or []}
+        assert join_body(row["request_json_template"], [blobs[k] for k in row["request_json_refs"]]) == body
+    assert [len(row["json_blobs"]) for row in stored] == [2, 1, 1]
+
+
+@pytest.mark.parametrize("text", ['{"a": 1}', "[1]", "", "{", '{"a": [1,]}', '{"a": 1} x', "null", '{"a" 1}'])
+def test_bodies_without_chunks_or_not_json_objects_are_stored_whole(text):
+    row = encode_row(History(), {"seq": 0, "request_json": text})
+    assert row["request_json"] == text and row["request_json_template"] is None
+
+
+def test_chunk_spans_cover_items_and_long_values_exactly():
+    text = ' { "system" : "' + "s" * 40 + '" , "messages":[ {"x": "' + "m" * 30 + '"} ,\n 7 ] }\n'
+    spans = chunk_spans(text)
+    assert [text[a:b] for a, b in spans] == ['"' + "s" * 40 + '"', '{"x": "' + "m" * 30 + '"}']
+
+
+def test_history_stays_bounded():
+    history = History()
+    for seq in range(3 * MAX_TIPS):  # unrelated prompts: each one a new tip
+        encode_row(history, {"seq": seq, "prompt_token_ids": [seq] * 100, "completion_token_ids": [1]})
+    assert [s for s, _ in history.tips] == list(range(2 * MAX_TIPS, 3 * MAX_TIPS))
+    body = json.dumps({"messages": [f"message number {n} is long enough" for n in range(MAX_KEYS + 10)]})
+    encode_row(history, {"seq": 99, "request_json": body})
+    assert len(history.keys) == MAX_KEYS * 8
