@@ -21,11 +21,11 @@ from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from tracetap.store.compact_form import BODIES, PLACEHOLDER, refs_column, template_column
 from tracetap.store.connection import StoreConnection, duckdb_vanished
 from tracetap.store.files import storage_schema
 from tracetap.store.paths import TABLE_DEPTH, data_files, table_glob
 from tracetap.store.reading import read_session, retrying, session_files
-from tracetap.store.compact_form import BODIES, PLACEHOLDER, refs_column, template_column
 from tracetap.store.schema import STORED_TABLES, TABLES
 
 if TYPE_CHECKING:

@@ -21,9 +21,9 @@ from typing import TypeVar
 
 import pyarrow as pa
 from tracetap.store.compaction import live_files
+from tracetap.store.expansion import expand, inputs
 from tracetap.store.files import read_parquet
 from tracetap.store.paths import loose_seq, part_covered
-from tracetap.store.expansion import expand, inputs
 from tracetap.store.schema import COMPLETIONS, STORED_COMPLETIONS
 
 ATTEMPTS = 8
