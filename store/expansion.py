@@ -61,7 +61,7 @@ def _list_array(rows: list[np.ndarray | None]) -> pa.Array:
     offsets = pa.array(np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32))
     present = [row for row in rows if row is not None]
     values = pa.array(np.concatenate(present) if present else np.array([], np.int32), pa.int32())
-    mask = pa.array([row is None for row in rows])
+    mask = pa.array([row is None for row in rows], pa.bool_())
     return pa.ListArray.from_arrays(offsets, values, mask=mask)
 
 
