@@ -33,6 +33,7 @@ from tracetap.store.paths import data_files, loose_seq, part_covered, part_name,
 from tracetap.store.schema import STORED_COMPLETIONS
 
 LOCK_NAME = ".compact.lock"
+PART_COMPRESSION = "zstd"  # parts hold a session's repeated JSON templates: smaller than snappy (store_size.py)
 STALE_TMP_SECONDS = 3600.0
 
 
@@ -114,7 +115,7 @@ def compact_dir(directory: Path) -> int:
         superseded = [p for n, p in parts.items() if n < start] + [p for s, p in loose.items() if s < start]
         if end > start:
             inputs = ([parts[start]] if start in parts else []) + [loose[s] for s in range(start, end)]
-            write_parquet_atomic(directory / part_name(end), _merge(directory, inputs, end))
+            write_parquet_atomic(directory / part_name(end), _merge(directory, inputs, end), PART_COMPRESSION)
             superseded += inputs
         _remove(superseded + _stale_temps(directory), directory)
     return end - start

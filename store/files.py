@@ -68,13 +68,13 @@ def _write_atomic(path: Path, write) -> None:
     fsync_dir(path.parent)
 
 
-def write_parquet_atomic(path: Path, table: pa.Table) -> None:
+def write_parquet_atomic(path: Path, table: pa.Table, compression: str = "snappy") -> None:
     """Write `table` to `path` so readers see either nothing or the whole, durable file."""
 
     def write(handle) -> None:
         # most files hold one row: no dictionaries, statistics only where readers prune on them
         pq.write_table(table, handle, use_dictionary=False, write_statistics=_stat_columns(table.schema),
-                       row_group_size=ROW_GROUP_ROWS)
+                       row_group_size=ROW_GROUP_ROWS, compression=compression)
 
     _write_atomic(Path(path), write)
 
