@@ -5,6 +5,7 @@
 
 from tracetap.store.catalog import connect, scan
 from tracetap.store.files import StoreError
+from tracetap.store.migrate import Migration, migrate_store
 from tracetap.store.paths import InvalidSessionId, validate_session_id
 from tracetap.store.schema import SCHEMA_VERSION
 from tracetap.store.tables import write_session_table
@@ -13,9 +14,11 @@ from tracetap.store.writer import StoreWriter
 __all__ = [
     "SCHEMA_VERSION",
     "InvalidSessionId",
+    "Migration",
     "StoreError",
     "StoreWriter",
     "connect",
+    "migrate_store",
     "scan",
     "validate_session_id",
     "write_session_table",

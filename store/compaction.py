@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import fcntl
 import time
+from collections.abc import Callable
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -119,6 +120,20 @@ def compact_dir(directory: Path) -> int:
             superseded += inputs
         _remove(superseded + _stale_temps(directory), directory)
     return end - start
+
+
+def rewrite_dir(directory: Path, rewrite: Callable[[pa.Table], pa.Table]) -> int:
+    """Replace one session's live files by a single part holding `rewrite(its rows)`, by the same
+    switch as compaction (the part is renamed in, then what it supersedes is deleted); returns the
+    number of rows. A part of the same name is replaced whole by the rename."""
+    with _locked(directory):
+        files = live_files(directory)
+        covered = next_seq(directory)
+        table = rewrite(_merge(directory, files, covered))
+        write_parquet_atomic(directory / part_name(covered), table, PART_COMPRESSION)
+        old = [path for path in data_files(directory) if path.name != part_name(covered)]
+        _remove(old + _stale_temps(directory), directory)
+    return table.num_rows
 
 
 def compact_session(root: Path | str, sid: str) -> int:

@@ -1,0 +1,92 @@
+"""`tracetap migrate`: rewrite a store of an older schema version in the current layout, in place.
+
+Version 1 stored every call whole; version 2 stores the compact form (store/compact_form.py). Each
+session is rewritten on its own, atomically (store/compaction.py `rewrite_dir`): a crash leaves every
+session either as it was or migrated, never a row twice, and readers read both forms. VERSION is
+written last, so an interrupted migration is finished by running it again. The store's writer lock is
+held throughout: no gateway records while a store is migrated (and none opens a version-1 store).
+"""
+
+from __future__ import annotations
+
+import fcntl
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, nullcontext
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+from tracetap.store.compact_form import History, encode_row
+from tracetap.store.compaction import live_files, rewrite_dir
+from tracetap.store.expansion import expand
+from tracetap.store.files import StoreError, check_store, read_version, write_text_atomic
+from tracetap.store.paths import SESSION_ID_PATTERN, VERSION_FILE
+from tracetap.store.schema import SCHEMA_VERSION, STORED_COMPLETIONS
+from tracetap.store.tables import rows_to_table
+
+WRITER_LOCK = ".writer.lock"  # the lock file StoreWriter holds
+
+
+@dataclass
+class Migration:
+    """What a migration did (or, dry, would do)."""
+
+    from_version: int
+    sessions: int = 0  # sessions rewritten
+    rows: int = 0  # completions rows rewritten
+    files: int = 0  # completions files replaced
+    current: int = 0  # sessions already in the current layout
+    migrated: list[str] = field(default_factory=list)
+
+    def add(self, sid: str, rows: int, files: int) -> None:
+        self.sessions, self.rows, self.files = self.sessions + 1, self.rows + rows, self.files + files
+        self.migrated.append(sid)
+
+
+def _is_current(path: Path) -> bool:
+    return "prompt_suffix_ids" in pq.read_schema(path).names
+
+
+def to_current(table: pa.Table) -> pa.Table:
+    """One session's rows (any version) in the current stored form."""
+    full = expand(table, STORED_COMPLETIONS.names)
+    history = History()
+    return rows_to_table("completions", [encode_row(history, row) for row in full.to_pylist()])
+
+
+@contextmanager
+def _exclusive(root: Path) -> Iterator[None]:
+    with open(root / WRITER_LOCK, "a") as owner:
+        try:
+            fcntl.flock(owner, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise StoreError(f"store {root} is open in a StoreWriter (a gateway?): stop it to migrate") from None
+        yield
+
+
+def _sessions(root: Path) -> list[Path]:
+    return [d for d in sorted(Path(root, "completions").glob("session_id=*"))
+            if SESSION_ID_PATTERN.fullmatch(d.name.removeprefix("session_id="))]
+
+
+def migrate_store(root: Path | str, dry_run: bool = False,
+                  progress: Callable[[str, int], None] | None = None) -> Migration:
+    """Rewrite every session not yet in the current layout, then bump VERSION; `progress(sid, rows)`
+    is called after each session. A dry run only counts."""
+    root = check_store(root)
+    report = Migration(read_version(root) or SCHEMA_VERSION)
+    with nullcontext() if dry_run else _exclusive(root):
+        for directory in _sessions(root):
+            files = live_files(directory)
+            if all(map(_is_current, files)):
+                report.current += 1
+                continue
+            sid = directory.name.removeprefix("session_id=")
+            rows = sum(pq.read_metadata(p).num_rows for p in files) if dry_run else rewrite_dir(directory, to_current)
+            report.add(sid, rows, len(files))
+            if progress:
+                progress(sid, rows)
+        if not dry_run and report.from_version < SCHEMA_VERSION:
+            write_text_atomic(root / VERSION_FILE, f"{SCHEMA_VERSION}\n")
+    return report
