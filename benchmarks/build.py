@@ -4,8 +4,9 @@
 
 Writes a store of synthetic agent sessions through the real store writer (benchmarks/synthetic_chat.py),
 first `--also-at` sessions, then grown to `--sessions`, and at each size times, each in a fresh
-process: the floor (DuckDB summing the lengths of `prompt_token_ids` and `completion_token_ids`
-over the live completions files), then `builders.runner.build` with prefix_merging and per_request.
+process: the floor (DuckDB summing the lengths of the stored token columns, `prompt_suffix_ids`
+(or a version-1 `prompt_token_ids`) and `completion_token_ids`, over the live completions files),
+then `builders.runner.build` with prefix_merging and per_request.
 The page cache is warm for all three (an untimed read of the store goes first). Reports tokens/s
 (prompt + sampled tokens of the store per second), the ratio to the scan, the RSS high-water mark of
 each process, bytes on disk per session and each builder's trace and training-token counts. Prints
@@ -35,10 +36,11 @@ from tracetap.store.compaction import compact_store
 
 KINDS = ("scan", "prefix_merging", "per_request")
 LABELS = {"scan": "DuckDB scan (floor)", "prefix_merging": "prefix_merging", "per_request": "per_request"}
-SCAN_SQL = ("SELECT count(*), sum(len(prompt_token_ids)), sum(len(completion_token_ids)) "
-            "FROM read_parquet(?)")
+# the stored token columns (v2: a prompt is stored as its new suffix); token counts from prompt_tokens
+SCAN_SQL = ("SELECT count(*), sum(prompt_tokens), sum(len(completion_token_ids)), "
+            "sum(len(coalesce(prompt_suffix_ids, prompt_token_ids))) FROM read_parquet(?, union_by_name = true)")
 STATS_SQL = ("SELECT count(*), max(tokens), sum(tokens) FROM (SELECT session_id, "
-             "sum(len(prompt_token_ids) + len(completion_token_ids)) AS tokens FROM read_parquet(?) GROUP BY 1)")
+             "sum(prompt_tokens + len(completion_token_ids)) AS tokens FROM read_parquet(?) GROUP BY 1)")
 TRACES_SQL = ("SELECT count(*), sum(len(prompt_token_ids) + len(response_token_ids)), sum(list_sum(loss_mask)) "
               "FROM read_parquet(?)")
 
@@ -68,7 +70,7 @@ def measure_here(kind: str, root: Path) -> dict:
     baseline = _peak_rss_mb()
     start = time.perf_counter()
     if kind == "scan":
-        rows, prompt, sampled = _query(SCAN_SQL, _completion_files(root))
+        rows, prompt, sampled, _ = _query(SCAN_SQL, _completion_files(root))
         result = {"rows": rows, "tokens": int(prompt + sampled)}
     else:
         summary = build(root, kind)

@@ -8,8 +8,9 @@ tokens and gets a tool result with the rest, and the next request repeats the wh
 (Anthropic-shaped `request_json`, Chat-shaped `chat_request_json`, with the text of every token).
 Measured after `close_session`, i.e. the compacted part file. The floor is 4 B per unique token id
 (the last call's prompt + sampled ids), 4 B per sampled logprob and the conversation's text once
-(UTF-8). Also reports the same part written with snappy instead of zstd, and the full form (every
-call storing its whole prompt ids and bodies, as schema version 1 did) for comparison.
+(UTF-8). Also reports the median time of one `record_completion` (compact encoding and the fsync'd
+per-call file), the same part written with snappy instead of zstd, and the full form (every call
+storing its whole prompt ids and bodies, as schema version 1 did, snappy) for comparison.
 Prints a Markdown table and a JSON line with the raw numbers.
 """
 
@@ -18,7 +19,9 @@ from __future__ import annotations
 import argparse
 import json
 import random
+import statistics
 import tempfile
+import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -43,6 +46,7 @@ class Result:
     stored_bytes: int
     snappy_bytes: int
     full_bytes: int
+    record_ms: float  # median time of one record_completion (compact encoding + fsync'd file)
 
     @property
     def ratio(self) -> float:
@@ -102,9 +106,13 @@ def measure(first_tokens: int, turns: int, new_tokens: int, seed: int = 0) -> Re
         root = Path(tmp, "store")
         full_path = Path(tmp, "full.parquet")
         with StoreWriter(root) as writer:
-            full_writer = None
+            full_writer, times = None, []
             for _ in range(turns):
-                full = rows_to_table("completions", [writer.record_completion(conversation.call(sid, new_tokens))])
+                row = conversation.call(sid, new_tokens)
+                start = time.perf_counter()
+                recorded = writer.record_completion(row)
+                times.append(time.perf_counter() - start)
+                full = rows_to_table("completions", [recorded])
                 full_writer = full_writer or pq.ParquetWriter(full_path, full.schema)
                 full_writer.write_table(full)
             full_writer.close()
@@ -116,7 +124,7 @@ def measure(first_tokens: int, turns: int, new_tokens: int, seed: int = 0) -> Re
         floor = 4 * (len(conversation.ids) - new_tokens + int(new_tokens * SAMPLED_SHARE)) \
             + 4 * conversation.logprobs + conversation.text_bytes
         return Result(first_tokens, turns, floor, part.stat().st_size, snappy.stat().st_size,
-                      full_path.stat().st_size)
+                      full_path.stat().st_size, 1000 * statistics.median(times))
 
 
 def _mb(n: int) -> str:
@@ -125,10 +133,10 @@ def _mb(n: int) -> str:
 
 def table(results: list[Result]) -> str:
     lines = ["| first request | turns | floor MB | stored MB (zstd) | ratio | snappy ratio | full form MB | "
-             "full ratio |", "|---|---|---|---|---|---|---|---|"]
+             "full ratio | record ms |", "|---|---|---|---|---|---|---|---|---|"]
     lines += [f"| ~{r.first_tokens:,} | {r.turns} | {_mb(r.floor_bytes)} | {_mb(r.stored_bytes)} | "
               f"{r.ratio:.2f}x | {r.snappy_bytes / r.floor_bytes:.2f}x | {_mb(r.full_bytes)} | "
-              f"{r.full_bytes / r.floor_bytes:.1f}x |" for r in results]
+              f"{r.full_bytes / r.floor_bytes:.1f}x | {r.record_ms:.1f} |" for r in results]
     return "\n".join(lines)
 
 
