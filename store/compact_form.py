@@ -91,7 +91,10 @@ def _add_tip(history: History, seq: int, sequence: np.ndarray, covered: int | No
 
 def _int32(values) -> np.ndarray | None:
     """Token ids as int32, or None when they are not (the schema check then reports the row)."""
-    array = np.asarray(values if values is not None else [])
+    try:  # fromiter: a list of 100k ids in ~1 ms, where asarray's type inference takes ~6
+        array = values if isinstance(values, np.ndarray) else np.fromiter(values or (), np.int64)
+    except (TypeError, ValueError, OverflowError):
+        return None
     if array.ndim != 1 or (array.size and (array.dtype.kind not in "iu" or array.min() < -2**31
                                            or array.max() >= 2**31)):
         return None
