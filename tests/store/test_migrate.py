@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -10,6 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 from store_rows import snapshot
 from tracetap.builders.exports import export
 from tracetap.builders.runner import build
@@ -17,6 +19,8 @@ from tracetap.store import StoreError, StoreWriter, connect, migrate_store, scan
 from tracetap.store.paths import session_dir
 from tracetap.store.reading import read_session
 from tracetap.store.schema import COMPLETIONS
+
+from tracetap.cli import cli
 
 FIXTURE = Path(__file__).parents[1] / "fixtures" / "store-v1"
 SESSIONS = ["linear", "loose", "mixed"]
@@ -100,3 +104,13 @@ def test_a_killed_migration_leaves_a_readable_store(v1, tmp_path):
     assert everything(v1, tmp_path) == before
     migrate_store(v1)
     assert (v1 / "VERSION").read_text() == "2\n" and everything(v1, tmp_path) == before
+
+
+def test_the_command_prints_counts_and_refuses_a_store_with_a_writer(v1):
+    dry = CliRunner().invoke(cli, ["migrate", "--store", str(v1), "--dry-run", "--json"])
+    assert dry.exit_code == 0 and json.loads(dry.output)["rows"] == ROWS and (v1 / "VERSION").read_text() == "1\n"
+    done = CliRunner().invoke(cli, ["migrate", "--store", str(v1)])
+    assert done.exit_code == 0 and "migrated 3 session(s), 13 row(s) in 7 file(s)" in done.output
+    with StoreWriter(v1):
+        busy = CliRunner().invoke(cli, ["migrate", "--store", str(v1)])
+    assert busy.exit_code == 1 and "open in a StoreWriter" in busy.output
