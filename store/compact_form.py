@@ -101,21 +101,25 @@ def _int32(values) -> np.ndarray | None:
     return array.astype(np.int32)
 
 
+def _longest(history: History, ids: np.ndarray) -> tuple[int | None, int, bool]:
+    """(seq of the tip sharing the longest prefix with `ids`, tokens shared, whether that is the whole
+    tip); (None, 0, False) under MIN_SHARED."""
+    best: tuple[int | None, int, bool] = (None, 0, False)
+    for seq, tip in history.tips:
+        if (shared := _shared(tip, ids)) > best[1]:
+            best = (seq, shared, shared == len(tip) // 4)
+    return best if best[1] >= MIN_SHARED else (None, 0, False)
+
+
 def encode_tokens(history: History, seq: int, prompt, completion) -> dict:
     """The token columns of one call's stored row, and its sequence kept as a tip."""
     ids, tail = _int32(prompt), _int32(completion)
     if prompt is None or ids is None or tail is None:
         return {}  # stored as is
-    best_seq, best = None, 0
-    for tip_seq, tip in history.tips:
-        if (shared := _shared(tip, ids)) > best:
-            best_seq, best = tip_seq, shared
-    if best < MIN_SHARED:
-        best_seq, best = None, 0
-    covered = best_seq if best_seq is not None and best == len(dict(history.tips)[best_seq]) // 4 else None
-    _add_tip(history, seq, np.concatenate([ids, tail]), covered)
-    return {"prompt_token_ids": None, "prompt_ref_seq": best_seq, "prompt_ref_len": best if best_seq is not None
-            else None, "prompt_suffix_ids": ids[best:].tolist()}
+    ref, shared, whole = _longest(history, ids)
+    _add_tip(history, seq, np.concatenate([ids, tail]), ref if whole else None)
+    return {"prompt_token_ids": None, "prompt_ref_seq": ref, "prompt_ref_len": shared if ref is not None else None,
+            "prompt_suffix_ids": ids[shared:].tolist()}
 
 
 def _skip(text: str, at: int) -> int:
