@@ -168,7 +168,8 @@ def chunk_spans(text: str) -> list[tuple[int, int]] | None:
 
 
 def chunk_key(chunk: str) -> bytes:
-    return hashlib.blake2b(chunk.encode(), digest_size=8).digest()
+    # surrogatepass: a lone surrogate is no UTF-8; the schema check then rejects the row as before
+    return hashlib.blake2b(chunk.encode("utf-8", "surrogatepass"), digest_size=8).digest()
 
 
 def key_int(key: bytes) -> int:
@@ -178,7 +179,7 @@ def key_int(key: bytes) -> int:
 
 def encode_body(history: History, text: str | None, blobs: list[dict]) -> dict:
     """One JSON body's stored columns; chunks the session has not stored yet go to `blobs`."""
-    body_spans = chunk_spans(text) if text and PLACEHOLDER not in text else None
+    body_spans = chunk_spans(text) if isinstance(text, str) and PLACEHOLDER not in text else None
     if not body_spans:
         return {}  # stored as is
     template, refs, at = [], [], 0

@@ -105,3 +105,14 @@ def test_history_stays_bounded():
     body = json.dumps({"messages": [f"message number {n} is long enough" for n in range(MAX_KEYS + 10)]})
     encode_row(history, {"seq": 99, "request_json": body})
     assert len(history.keys) == MAX_KEYS * 8
+
+
+@pytest.mark.parametrize("column, value, error", [
+    ("request_json", {"messages": []}, "column request_json"),
+    ("prompt_token_ids", ["a"] * 80, "column prompt_token_ids"),
+    ("request_json", '{"messages": ["\ud800 is no UTF-8 at all"]}', "surrogates not allowed"),
+])
+def test_rows_that_do_not_fit_the_schema_are_refused_as_before(writer, column, value, error):
+    with pytest.raises(ValueError, match=error):
+        writer.record_completion({"session_id": "s", "status": "ok", column: value})
+    assert writer.record_completion({"session_id": "s", "status": "ok"})["seq"] == 0
