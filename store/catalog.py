@@ -1,4 +1,4 @@
-"""Read the store: DuckDB views for SQL, Polars LazyFrames for notebooks; no data is copied.
+"""Read the store: DuckDB views for SQL, Polars LazyFrames for notebooks; no data is copied to disk.
 
 Views are defined over globs, which DuckDB expands again at every query, so a connection sees files
 written after `connect()`. Each view unions a typed empty row set, so tables with no files yet are
@@ -6,6 +6,9 @@ empty views with the schema's columns and types. Files are read without hive par
 `session_id` (and `builder`) are real columns inside every file. The completions view applies the
 compaction visibility rule (see store/compaction.py) within one directory listing, so a query never
 sees a superseded file's rows twice. Views have no defined row order: use ORDER BY session_id, seq.
+Completions files hold the compact form (store/compact_form.py): the view expands it in SQL (`_expanded`),
+and the Polars scan of completions goes through the Python reader, which expands it (store/expansion.py),
+so both show `prompt_token_ids`, `request_json` and `chat_request_json` whole.
 
 The completions view also carries each call's thread (VIEW_COLUMNS): its `chain_index`, read from the
 `prefix_merging` trajectories when they are built (the chain of the trace that holds the call, or
