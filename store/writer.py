@@ -2,7 +2,10 @@
 
 One file per completion (`completions/session_id=<sid>/<seq:08d>-<completion_id>.parquet`), written
 atomically and fsync'd before `record_completion` returns, then the session's one-row summary is
-rewritten. Session state lives in memory after its first touch, so a write never re-reads the store.
+rewritten. The file holds the row's compact form (store/compact_form.py: only what is new since the
+session's earlier calls); each cached session keeps the encoder's History (at most 1 MiB of chain tips
+and 128 KiB of chunk keys; a session dropped from the cache starts a fresh one). Session state lives
+in memory after its first touch, so a write never re-reads the store.
 Writes to one session are serialized (seqs hit the disk in order, which compaction relies on);
 different sessions write in parallel. The summary row is rewritten by a background thread right
 after each call (it is derived: a writer opening the store recounts every row a crash left stale), and
