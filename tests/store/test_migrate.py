@@ -96,11 +96,10 @@ def test_a_migration_stopped_between_sessions_leaves_a_readable_store_and_finish
 
 def test_a_killed_migration_leaves_a_readable_store(v1, tmp_path):
     before = everything(v1, tmp_path)
-    process = subprocess.Popen([sys.executable, "-m", "tracetap.cli", "migrate", "--store", str(v1)],
-                               stdout=subprocess.PIPE, text=True)
-    process.stdout.readline()  # one session rewritten
-    os.kill(process.pid, signal.SIGKILL)
-    process.wait()
+    with subprocess.Popen([sys.executable, "-m", "tracetap.cli", "migrate", "--store", str(v1)],
+                          stdout=subprocess.PIPE, text=True) as process:
+        process.stdout.readline()  # one session rewritten
+        os.kill(process.pid, signal.SIGKILL)
     assert everything(v1, tmp_path) == before
     migrate_store(v1)
     assert (v1 / "VERSION").read_text() == "2\n" and everything(v1, tmp_path) == before
