@@ -72,8 +72,11 @@ class Conversation:
         return ids, " ".join(self.words[i % len(self.words)] for i in ids)
 
     def bodies(self) -> dict:
+        """Both request bodies; like Claude Code, the Anthropic one marks its last message for caching,
+        so the message marked last time comes back changed (and is stored again)."""
+        last = {**self.messages[-1], "cache_control": {"type": "ephemeral"}}
         request = {"model": "claude-sonnet", "max_tokens": 32000, "system": self.system, "tools": TOOLS,
-                   "messages": self.messages, "stream": True}
+                   "messages": [*self.messages[:-1], last], "stream": True}
         chat = {"model": "tiny", "messages": [{"role": "system", "content": self.system}, *self.messages],
                 "tools": [{"type": "function", "function": tool} for tool in TOOLS], "max_tokens": 32000}
         return {"request_json": json.dumps(request), "chat_request_json": json.dumps(chat)}
