@@ -223,8 +223,8 @@ class StoreWriter:
             full = {**empty_row(COMPLETIONS), **row, "session_id": sid, "seq": state.next_seq,
                     "completion_id": completion_id}
             full["finished_at"] = full["finished_at"] or datetime.now(UTC)
-            stored = encode_row(state.history, full)
             try:
+                stored = encode_row(state.history, full)
                 write_parquet_atomic(state.directory / completion_name(state.next_seq, completion_id),
                                      rows_to_table("completions", [stored]))
             except BaseException:

@@ -116,3 +116,13 @@ def test_rows_that_do_not_fit_the_schema_are_refused_as_before(writer, column, v
     with pytest.raises(ValueError, match=error):
         writer.record_completion({"session_id": "s", "status": "ok", column: value})
     assert writer.record_completion({"session_id": "s", "status": "ok"})["seq"] == 0
+
+
+def test_a_call_whose_write_fails_is_never_referred_to(writer, root):
+    prompts = [list(range(100 + 50 * n)) for n in range(4)]
+    rows = [writer.record_completion({"session_id": "s", "status": "ok", "prompt_token_ids": p}) for p in prompts[:2]]
+    with pytest.raises(ValueError):  # its prompt extends the chain, then the row fails the schema check
+        writer.record_completion({"session_id": "s", "status": "ok", "prompt_token_ids": prompts[2],
+                                  "request_json": '{"messages": ["\ud800 is no UTF-8 at all"]}'})
+    rows += [writer.record_completion({"session_id": "s", "status": "ok", "prompt_token_ids": prompts[3]})]
+    assert read_session(session_dir(root, "completions", "s")).to_pylist() == rows
