@@ -23,8 +23,9 @@ from typing import TYPE_CHECKING
 
 from tracetap.store.connection import StoreConnection, duckdb_vanished
 from tracetap.store.files import storage_schema
+from tracetap.store.log_reading import log_rows, log_source, sql_string
 from tracetap.store.paths import TABLE_DEPTH, data_files, table_glob
-from tracetap.store.reading import retrying, session_files
+from tracetap.store.reading import retrying, session_files, visible_log_rows
 from tracetap.store.schema import TABLES
 
 if TYPE_CHECKING:
@@ -43,22 +44,25 @@ VIEW_COLUMNS = {"completions": (
 GREW_COLUMNS = ("sessions",)
 
 
-def _sql_string(value: str) -> str:
-    return "'" + value.replace("'", "''") + "'"
+def _column_types(con: duckdb.DuckDBPyConnection, table: str) -> list[tuple[str, str]]:
+    """(column, DuckDB type) of every column of `table`, as DuckDB reads the storage schema."""
+    empty = con.from_arrow(storage_schema(TABLES[table]).empty_table())
+    return [(name, str(kind)) for name, kind in zip(empty.columns, empty.types, strict=True)]
 
 
 def _typed_empty(con: duckdb.DuckDBPyConnection, table: str) -> str:
     """A SELECT with every column of `table` (and `filename`), typed, returning no rows."""
-    empty = con.from_arrow(storage_schema(TABLES[table]).empty_table())
-    columns = [f'NULL::{kind} AS "{name}"' for name, kind in zip(empty.columns, empty.types, strict=True)]
+    columns = [f'NULL::{kind} AS "{name}"' for name, kind in _column_types(con, table)]
     return f"SELECT {', '.join(columns)}, NULL::VARCHAR AS filename WHERE false"
 
 
 def _source(con: duckdb.DuckDBPyConnection, root: Path, table: str) -> str:
     by_name = "true" if table in GREW_COLUMNS else "false"
-    scan = (f"SELECT * FROM read_parquet({_sql_string(table_glob(root, table))}, filename = true, "
+    scan = (f"SELECT * FROM read_parquet({sql_string(table_glob(root, table))}, filename = true, "
             f"hive_partitioning = false, union_by_name = {by_name}, allow_empty = true)")
-    return f"SELECT * FROM ({_typed_empty(con, table)}) UNION ALL BY NAME {scan}"
+    # the log is listed first: a segment is deleted only after the parts that cover it are in place
+    logged = f" UNION ALL BY NAME {log_source(root, _column_types(con, table))}" if table == "completions" else ""
+    return f"SELECT * FROM ({_typed_empty(con, table)}){logged} UNION ALL BY NAME {scan}"
 
 
 def _columns(table: str) -> str:
@@ -79,7 +83,7 @@ def _threads(con: duckdb.DuckDBPyConnection, root: Path) -> str:
     retried = "CAST(json_extract_string(metadata_json, '$.trace.retried_completion_ids[*]') AS VARCHAR[])"
     calls = (f"SELECT session_id, chain_index, unnest(list_concat(completion_ids, coalesce({retried}, []))) "
              f"AS completion_id FROM ({_source(con, root, 'trajectories')}) "
-             f"WHERE builder = {_sql_string(THREAD_BUILDER)}")
+             f"WHERE builder = {sql_string(THREAD_BUILDER)}")
     return f"SELECT session_id, completion_id, min(chain_index) AS chain_index FROM ({calls}) GROUP BY ALL"
 
 
@@ -153,9 +157,12 @@ def _collect(root: Path, table: str, schema: polars.Schema, with_columns: list[s
     """What one collect of `scan(root, table)` asks for, read from the files listed now."""
     import polars
 
+    logged = log_rows(root) if table == "completions" else None  # listed first, as in SQL
     files = table_files(root, table)
     frame = (polars.scan_parquet(files, schema=schema, hive_partitioning=False, missing_columns="insert")
              if files else polars.LazyFrame(schema=schema))
+    if logged is not None:
+        frame = polars.concat([frame, polars.from_arrow(visible_log_rows(logged, files)).lazy()])
     if predicate is not None:
         frame = frame.filter(predicate)
     if with_columns is not None:

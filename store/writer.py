@@ -1,8 +1,11 @@
 """The durable, thread-safe writer the gateway records every call with.
 
-One file per completion (`completions/session_id=<sid>/<seq:08d>-<completion_id>.parquet`), written
-atomically and fsync'd before `record_completion` returns, then the session's one-row summary is
-rewritten. Session state lives in memory after its first touch, so a write never re-reads the store.
+Every completion is one line of the writer's group-commit log (store/commit_log.py): calls that
+finish together share one append and one fdatasync, and `record_completion` returns once its line
+is durable; then the session's one-row summary is rewritten. Compaction moves the log rows into
+part files (on close_session, compact_idle and eviction) and segments whose rows parts cover are
+deleted. A writer opening the store recovers the log a dead one left: its whole rows are compacted,
+torn tails dropped. Session state lives in memory after its first touch, so a write never re-reads the store.
 Writes to one session are serialized (seqs hit the disk in order, which compaction relies on);
 different sessions write in parallel. The summary row is rewritten by a background thread right
 after each call (it is derived: a writer opening the store recounts every row a crash left stale), and
@@ -30,19 +33,23 @@ from itertools import islice
 from pathlib import Path
 
 from tracetap.store import compaction
+from tracetap.store.commit_log import SEGMENT_BYTES, CommitLog, encode_row
 from tracetap.store.files import (
     StoreError,
     ensure_dir,
+    fsync_dir,
     read_parquet,
     read_version,
     write_parquet_atomic,
     write_text_atomic,
 )
 from tracetap.store.flusher import Flusher
+from tracetap.store.log_reading import logged_sessions, segment_sessions
 from tracetap.store.paths import (
+    LOG_DIR,
     SESSION_ID_PATTERN,
     VERSION_FILE,
-    completion_name,
+    log_segments,
     session_dir,
     session_file,
     validate_name,
@@ -143,13 +150,18 @@ def _new_row(sid: str) -> dict:
 class StoreWriter:
     """Append-only writer for one store directory (created with its layout when missing)."""
 
-    def __init__(self, root: Path | str, max_sessions: int = MAX_SESSIONS) -> None:
+    def __init__(self, root: Path | str, max_sessions: int = MAX_SESSIONS,
+                 segment_bytes: int = SEGMENT_BYTES) -> None:
         self.root = Path(root)
         self.max_sessions = max_sessions
         self._lock = threading.Lock()
         self._sessions: OrderedDict[str, _Session] = OrderedDict()  # least recently used first
         self._owner = self._open_store()
+        self._log = CommitLog(self.root / LOG_DIR, secrets.token_hex(8), segment_bytes)
+        self._segments_lock = threading.Lock()
+        self._uncovered: dict[Path, dict[str, int]] = {}  # retired segment -> {session: highest seq} not in parts
         self._flusher = Flusher(self._save_deferred, delay=SESSION_SAVE_DELAY)
+        self._recover()
         self._reconcile()
 
     @property
@@ -169,6 +181,33 @@ class StoreWriter:
             owner.close()
             raise StoreError(f"store {self.root} is already open in another StoreWriter") from None
         return owner
+
+    def _recover(self) -> None:
+        """Move the rows a dead writer's log holds into parts and drop its segments (a torn tail is
+        no row); rows past a gap, which a correct writer never leaves, stay visible in the log."""
+        for sid in sorted(logged_sessions(self.root)):
+            compaction.compact_session(self.root, sid)
+        self._drop_covered()
+
+    def _drop_covered(self) -> None:
+        """Delete the retired log segments whose every row is in a part file."""
+        with self._segments_lock:
+            for path in log_segments(self.root):
+                if path not in self._uncovered and self._log.retired(path):
+                    self._uncovered[path] = segment_sessions(path)
+            dropped = [path for path, sessions in self._uncovered.items() if not self._still_uncovered(sessions)]
+            for path in dropped:
+                path.unlink(missing_ok=True)
+                del self._uncovered[path]
+            if dropped:
+                fsync_dir(self.root / LOG_DIR)
+
+    def _still_uncovered(self, sessions: dict[str, int]) -> dict[str, int]:
+        """Forget the sessions whose log rows parts now cover; returns what is left."""
+        for sid, seq in list(sessions.items()):
+            if seq < compaction.covered(session_dir(self.root, "completions", sid)):
+                del sessions[sid]
+        return sessions
 
     def _reconcile(self) -> None:
         """Rewrite the summary rows a crash left behind their completions (a kill -9 between a call's
@@ -193,6 +232,7 @@ class StoreWriter:
     def close(self) -> None:
         """Write pending session rows and release the store (sessions stay open, nothing is lost)."""
         self._flusher.close()
+        self._log.close()
         self._owner.close()
 
     def __enter__(self) -> StoreWriter:
@@ -214,8 +254,8 @@ class StoreWriter:
             full = {**empty_row(COMPLETIONS), **row, "session_id": sid, "seq": state.next_seq,
                     "completion_id": completion_id}
             full["finished_at"] = full["finished_at"] or datetime.now(UTC)
-            table = rows_to_table("completions", [full])
-            write_parquet_atomic(state.directory / completion_name(state.next_seq, completion_id), table)
+            rows_to_table("completions", [full])  # a row that does not fit the schema never reaches the log
+            self._log.append(encode_row(full))
             state.next_seq += 1
             _apply(state, full)
             state.version += 1
@@ -252,6 +292,7 @@ class StoreWriter:
             state.row.update(status="closed", ended_at=datetime.now(UTC))
             state.version += 1
             state.dirty = False
+        self._drop_covered()
         return self._save(state)
 
     def compact_idle(self, idle_seconds: float) -> list[str]:
@@ -265,6 +306,8 @@ class StoreWriter:
                     compaction.compact_dir(state.directory)
                     state.dirty = False
                     done.append(sid)
+        if done:
+            self._drop_covered()
         return done
 
     @contextmanager
@@ -291,6 +334,8 @@ class StoreWriter:
             oldest = list(islice(self._sessions.values(), max(0, over)))
         for old in oldest:
             self._evict(old)
+        if oldest:
+            self._drop_covered()
         return state
 
     def _evict(self, state: _Session) -> None:
