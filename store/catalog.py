@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 
 from tracetap.store.connection import StoreConnection, duckdb_vanished
 from tracetap.store.files import storage_schema
-from tracetap.store.log_reading import log_rows, log_source, sql_string
+from tracetap.store.log_reading import log_rows, log_source, sql_string, typed_nulls
 from tracetap.store.paths import TABLE_DEPTH, data_files, table_glob
 from tracetap.store.reading import retrying, session_files, visible_log_rows
 from tracetap.store.schema import TABLES
@@ -52,8 +52,7 @@ def _column_types(con: duckdb.DuckDBPyConnection, table: str) -> list[tuple[str,
 
 def _typed_empty(con: duckdb.DuckDBPyConnection, table: str) -> str:
     """A SELECT with every column of `table` (and `filename`), typed, returning no rows."""
-    columns = [f'NULL::{kind} AS "{name}"' for name, kind in _column_types(con, table)]
-    return f"SELECT {', '.join(columns)}, NULL::VARCHAR AS filename WHERE false"
+    return f"SELECT {typed_nulls([*_column_types(con, table), ('filename', 'VARCHAR')])} WHERE false"
 
 
 def _source(con: duckdb.DuckDBPyConnection, root: Path, table: str) -> str:

@@ -138,10 +138,20 @@ def sql_string(value: str) -> str:
     return "'" + value.replace("'", "''") + "'"
 
 
+def typed_nulls(column_types: list[tuple[str, str]]) -> str:
+    """`NULL::<type> AS "<column>"` for each column: the SELECT list of a typed empty row set."""
+    return ", ".join(f'NULL::{kind} AS "{name}"' for name, kind in column_types)
+
+
 def log_source(root: Path, column_types: list[tuple[str, str]]) -> str:
-    """A SELECT of the log's whole rows for DuckDB, `filename` included, given each column's SQL type."""
+    """A SELECT of the log's whole rows for DuckDB, `filename` included, given each column's SQL type.
+
+    The typed empty row set in the union keeps the columns when no segment exists (DuckDB then
+    reads one column, `empty`, whatever `columns` says)."""
     types = ", ".join(f"{sql_string(name)}: {sql_string(kind)}" for name, kind in column_types)
     names = ", ".join(f'"{name}"' for name, _ in column_types)
-    return (f"SELECT {names}, filename FROM read_ndjson({sql_string(log_glob(root))}, "
-            f"columns = {{{types}, '_end': 'INTEGER'}}, format = 'newline_delimited', ignore_errors = true, "
-            f"allow_empty = true, filename = true, maximum_object_size = {MAX_LINE_BYTES}) WHERE _end = 1")
+    typed = typed_nulls([*column_types, ("filename", "VARCHAR"), ("_end", "INTEGER")])
+    scan = (f"SELECT * FROM read_ndjson({sql_string(log_glob(root))}, columns = {{{types}, '_end': 'INTEGER'}}, "
+            "format = 'newline_delimited', ignore_errors = true, allow_empty = true, filename = true, "
+            f"maximum_object_size = {MAX_LINE_BYTES})")
+    return f"SELECT {names}, filename FROM (SELECT {typed} WHERE false UNION ALL BY NAME {scan}) WHERE _end = 1"

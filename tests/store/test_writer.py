@@ -9,7 +9,7 @@ import pyarrow.parquet as pq
 import pytest
 from store_rows import completion, snapshot
 from tracetap.store import InvalidSessionId, StoreWriter, connect
-from tracetap.store.files import StoreError, storage_schema
+from tracetap.store.files import StoreError
 from tracetap.store.log_reading import log_rows
 from tracetap.store.paths import log_segments, session_dir, session_file
 from tracetap.store.reading import read_session
