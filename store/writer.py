@@ -263,6 +263,14 @@ class StoreWriter:
         self._flusher.submit(sid)
         return full
 
+    def has_completions(self, sid: str) -> bool:
+        """Whether the session recorded any call (in the log or in its files)."""
+        with self._lock:
+            state = self._sessions.get(validate_session_id(sid))
+        if state is not None:
+            return state.next_seq > 0
+        return compaction.next_seq(session_dir(self.root, "completions", sid)) > 0
+
     def note_unrecorded(self, sid: str, kind: str) -> None:
         """Count a call answered without a completion row (a probe, a model list, a token count, an
         error), so a session shows everything it sent; saved with the summary row, shortly after."""
