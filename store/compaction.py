@@ -35,7 +35,15 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from tracetap.store.files import ensure_dir, fsync_dir, read_parquet, write_parquet_atomic
 from tracetap.store.log_reading import log_rows, logged_sessions
-from tracetap.store.paths import data_files, loose_seq, part_covered, part_name, session_dir, validate_session_id
+from tracetap.store.paths import (
+    SESSION_ID_PATTERN,
+    data_files,
+    loose_seq,
+    part_covered,
+    part_name,
+    session_dir,
+    validate_session_id,
+)
 from tracetap.store.schema import COMPLETIONS
 
 LOCK_NAME = ".compact.lock"
@@ -147,11 +155,16 @@ def compact_session(root: Path | str, sid: str) -> int:
     return compact_dir(session_dir(Path(root), "completions", validate_session_id(sid)))
 
 
+def recorded_sessions(root: Path | str) -> list[str]:
+    """Ids of the sessions with completions (a completions directory, or rows in the log), sorted."""
+    in_dirs = {d.name.removeprefix("session_id=") for d in Path(root, "completions").glob("session_id=*")}
+    return sorted(sid for sid in in_dirs | logged_sessions(root) if SESSION_ID_PATTERN.fullmatch(sid))
+
+
 def compact_store(root: Path | str) -> dict[str, int]:
     """Compact every session of the store: {session_id: rows merged} for sessions that changed."""
     merged = {}
-    in_dirs = {d.name.removeprefix("session_id=") for d in Path(root, "completions").glob("session_id=*")}
-    for sid in sorted(in_dirs | logged_sessions(root)):
+    for sid in recorded_sessions(root):
         if count := compact_session(root, sid):
             merged[sid] = count
     return merged
