@@ -34,7 +34,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.compute as pc
 from tracetap.store.files import ensure_dir, fsync_dir, read_parquet, write_parquet_atomic
-from tracetap.store.log_reading import log_rows, logged_sessions
+from tracetap.store.log_reading import log_rows, log_seqs, logged_sessions
 from tracetap.store.paths import (
     SESSION_ID_PATTERN,
     data_files,
@@ -82,7 +82,7 @@ def covered(directory: Path) -> int:
 def next_seq(directory: Path) -> int:
     """The seq the next completion of this session gets: one past the highest on disk or in the log."""
     parts, loose = _classify(directory)
-    logged = _logged(directory).column("seq").to_pylist()
+    logged = log_seqs(directory.parent.parent, directory.name.removeprefix("session_id="))
     return max([*parts, *(seq + 1 for seq in [*loose, *logged])], default=0)
 
 

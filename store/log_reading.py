@@ -83,6 +83,11 @@ def segment_sessions(path: Path) -> dict[str, int]:
     return {sid: max(seq for seq, _, _ in spans) for sid, spans in _index(path).items()}
 
 
+def log_seqs(root: Path | str, sid: str) -> list[int]:
+    """The seqs of one session's whole rows in the log, from the index (no row is decoded)."""
+    return [seq for path in _segments(Path(root)) for seq, _, _ in _index(path).get(sid, [])]
+
+
 def logged_sessions(root: Path | str) -> set[str]:
     """Every session with a whole row in the log."""
     return {sid for path in log_segments(Path(root)) for sid in segment_sessions(path)}
