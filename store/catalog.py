@@ -5,7 +5,8 @@ written after `connect()`. Each view unions a typed empty row set, so tables wit
 empty views with the schema's columns and types. Files are read without hive partition inference:
 `session_id` (and `builder`) are real columns inside every file. The completions view applies the
 compaction visibility rule (see store/compaction.py) within one directory listing, so a query never
-sees a superseded file's rows twice. Views have no defined row order: use ORDER BY session_id, seq.
+sees a superseded file's rows twice; it includes the group-commit log's rows (store/log_reading.py),
+whose segments DuckDB lists again at every query too. Views have no defined row order: use ORDER BY session_id, seq.
 
 The completions view also carries each call's thread (VIEW_COLUMNS): its `chain_index`, read from the
 `prefix_merging` trajectories when they are built (the chain of the trace that holds the call, or
@@ -69,7 +70,7 @@ def _columns(table: str) -> str:
 
 
 def _visible_completions(con: duckdb.DuckDBPyConnection, root: Path) -> str:
-    # N = highest part per session; visible: part-N and per-completion files with seq >= N
+    # N = highest part per session; visible: part-N and per-completion files and log rows with seq >= N
     part = f"TRY_CAST(regexp_extract(filename, '{PART_NUMBER}', 1) AS BIGINT)"
     numbered = f"SELECT *, {part} AS _part FROM ({_source(con, root, 'completions')})"
     windowed = f"SELECT *, max(_part) OVER (PARTITION BY session_id) AS _covered FROM ({numbered})"

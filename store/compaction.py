@@ -10,10 +10,10 @@ Rows in the group-commit log (store/commit_log.py) count as per-completion files
 rows with seq >= N are visible, and compaction merges them like files; the writer deletes a log
 segment once parts cover every row in it.
 
-Compaction (under an exclusive lock file, so two compactors never race) takes part-N and the run
-of per-completion files and log rows with seq N, N+1, ... up to the first gap, writes `part-<k>` atomically (temp
-name, fsync, rename), and only then deletes what it merged. The rename is the single switch: before
-it readers use the old files, after it the new part; a crash between the rename and the deletes
+Compaction (under an exclusive lock file, so two compactors never race) takes part-N and the run of
+per-completion files and log rows with seq N, N+1, ... up to the first gap, writes `part-<k>`
+atomically (temp name, fsync, rename), and only then deletes the files it merged. The rename is the
+single switch: before it readers use the old files, after it the new part; a crash between the rename and the deletes
 leaves superseded files that the rule hides and the next compaction removes. Files written while
 compaction runs have seq >= k (the writer assigns seqs in order and writes a session's files one at
 a time), so they are neither merged, nor deleted, nor hidden. Stopping at a gap means a file still
