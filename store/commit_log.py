@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import os
 import threading
+from contextlib import suppress
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -116,7 +117,9 @@ class CommitLog:
                 self._cond.notify_all()
 
     def _write(self, data: bytes) -> OSError | None:
-        """Append one batch with one write and one fdatasync; a failure retires the segment."""
+        """Append one batch with one write and one fdatasync. A failure cuts the segment back to where
+        the batch began (its callers get an error, so none of its lines may stay whole: their seqs are
+        given again) and retires it."""
         try:
             fd = self._segment()
             view = memoryview(data)
@@ -124,7 +127,7 @@ class CommitLog:
                 view = view[os.write(fd, view):]
             os.fdatasync(fd)
         except OSError as error:
-            self._retire()
+            self._cut_back()
             return error
         self._size += len(data)
         if self._size >= self.segment_bytes:
@@ -146,6 +149,13 @@ class CommitLog:
         self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o644)
         self._size = 0
         fsync_dir(self.directory)
+
+    def _cut_back(self) -> None:
+        with suppress(OSError):  # a disk that cannot even truncate fails the next writes too
+            if self._fd is not None:
+                os.ftruncate(self._fd, self._size)
+                os.fdatasync(self._fd)
+        self._retire()
 
     def _retire(self) -> None:
         with self._segment_lock:

@@ -5,6 +5,8 @@ from __future__ import annotations
 import math
 import random
 import struct
+import subprocess
+import sys
 import threading
 from datetime import UTC, datetime, timedelta
 
@@ -133,3 +135,35 @@ def test_concurrent_calls_share_batches_and_keep_session_order(root):
     for sid in ("c0", "c1", "c2", "c3"):  # a session's rows reach the log in seq order
         seqs = [row["seq"] for row in log_rows(root, sid).to_pylist()]
         assert seqs == list(range(80))
+
+
+FILE_LIMIT_SCRIPT = """
+import resource, signal, sys
+from tracetap.store import StoreError, StoreWriter
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # past the limit, write() fails with EFBIG instead
+with StoreWriter(sys.argv[1]) as writer:
+    resource.setrlimit(resource.RLIMIT_FSIZE, (int(sys.argv[2]), resource.RLIM_INFINITY))
+    outcomes = []
+    for n in range(3):
+        try:
+            outcomes.append(writer.record_completion({"session_id": "s1", "status": "ok", "error": "x" * 700,
+                                                      "completion_id": f"c-{n}"})["seq"])
+        except StoreError as error:
+            outcomes.append(str(error))
+    print(outcomes)
+"""
+
+
+def test_a_failed_write_leaves_no_line_of_its_batch_and_the_next_call_goes_on(root):
+    """A real write failure: a file size limit (RLIMIT_FSIZE) that the second row crosses mid-line."""
+    line = len(encode_row({**completion(), "error": "x" * 700, "completion_id": "c-0", "seq": 0,
+                           "finished_at": datetime(2026, 1, 1, tzinfo=UTC)}))
+    done = subprocess.run([sys.executable, "-c", FILE_LIMIT_SCRIPT, str(root), str(line + line // 2)],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    outcomes = eval(done.stdout)  # a list of seqs and error messages, printed by the child
+    assert outcomes[0] == 0 and "could not write the log" in outcomes[1] and outcomes[2] == 1
+    first, second = log_segments(root)  # the failed batch retired the first segment
+    assert first.read_bytes().count(b"\n") == 1 and first.read_bytes().endswith(b"\n")  # cut back: no torn tail
+    rows = log_rows(root).to_pylist()
+    assert [(r["seq"], r["completion_id"]) for r in rows] == [(0, "c-0"), (1, "c-2")]
