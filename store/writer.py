@@ -5,8 +5,8 @@ finish together share one append and one fdatasync, and `record_completion` retu
 is durable; then the session's one-row summary is rewritten. Compaction moves the log rows into
 part files (on close_session, compact_idle and eviction) and segments whose rows parts cover are
 deleted. A writer opening the store recovers the log a dead one left: its whole rows are compacted,
-torn tails dropped. Session state lives in memory after its first touch, so a write never re-reads the store.
-Writes to one session are serialized (seqs hit the disk in order, which compaction relies on);
+torn tails dropped. Session state lives in memory after its first touch, so a write never re-reads
+the store. Writes to one session are serialized (seqs hit the disk in order, which compaction relies on);
 different sessions write in parallel. The summary row is rewritten by a background thread right
 after each call (it is derived: a writer opening the store recounts every row a crash left stale), and
 synchronously by register_session, close_session, flush and close. One writer process per store:
@@ -25,7 +25,7 @@ import secrets
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -185,29 +185,34 @@ class StoreWriter:
     def _recover(self) -> None:
         """Move the rows a dead writer's log holds into parts and drop its segments (a torn tail is
         no row); rows past a gap, which a correct writer never leaves, stay visible in the log."""
-        for sid in sorted(logged_sessions(self.root)):
+        logged = sorted(logged_sessions(self.root))
+        for sid in logged:
             compaction.compact_session(self.root, sid)
-        self._drop_covered()
+        self._drop_covered(logged)
 
-    def _drop_covered(self) -> None:
-        """Delete the retired log segments whose every row is in a part file."""
+    def _drop_covered(self, compacted: Collection[str]) -> None:
+        """Delete the retired log segments whose every row is in a part file. A segment seen retired
+        for the first time has all its sessions checked; after that, only the `compacted` ones."""
         with self._segments_lock:
-            for path in log_segments(self.root):
-                if path not in self._uncovered and self._log.retired(path):
-                    self._uncovered[path] = segment_sessions(path)
-            dropped = [path for path, sessions in self._uncovered.items() if not self._still_uncovered(sessions)]
+            fresh = {path: segment_sessions(path) for path in log_segments(self.root)
+                     if path not in self._uncovered and self._log.retired(path)}
+            for sessions in fresh.values():
+                self._forget_covered(sessions, list(sessions))
+            for sessions in self._uncovered.values():
+                self._forget_covered(sessions, [sid for sid in compacted if sid in sessions])
+            self._uncovered.update(fresh)
+            dropped = [path for path, sessions in self._uncovered.items() if not sessions]
             for path in dropped:
                 path.unlink(missing_ok=True)
                 del self._uncovered[path]
             if dropped:
                 fsync_dir(self.root / LOG_DIR)
 
-    def _still_uncovered(self, sessions: dict[str, int]) -> dict[str, int]:
-        """Forget the sessions whose log rows parts now cover; returns what is left."""
-        for sid, seq in list(sessions.items()):
-            if seq < compaction.covered(session_dir(self.root, "completions", sid)):
+    def _forget_covered(self, sessions: dict[str, int], check: list[str]) -> None:
+        """Remove from `sessions` ({session: highest seq in a segment}) those of `check` parts now cover."""
+        for sid in check:
+            if sessions[sid] < compaction.covered(session_dir(self.root, "completions", sid)):
                 del sessions[sid]
-        return sessions
 
     def _reconcile(self) -> None:
         """Rewrite the summary rows a crash left behind their completions (a kill -9 between a call's
@@ -300,7 +305,7 @@ class StoreWriter:
             state.row.update(status="closed", ended_at=datetime.now(UTC))
             state.version += 1
             state.dirty = False
-        self._drop_covered()
+        self._drop_covered([sid])
         return self._save(state)
 
     def compact_idle(self, idle_seconds: float) -> list[str]:
@@ -315,7 +320,7 @@ class StoreWriter:
                     state.dirty = False
                     done.append(sid)
         if done:
-            self._drop_covered()
+            self._drop_covered(done)
         return done
 
     @contextmanager
@@ -340,28 +345,29 @@ class StoreWriter:
             state = self._sessions[sid]
             over = len(self._sessions) - self.max_sessions
             oldest = list(islice(self._sessions.values(), max(0, over)))
-        for old in oldest:
-            self._evict(old)
-        if oldest:
-            self._drop_covered()
+        compacted = [old.row["session_id"] for old in oldest if self._evict(old)]
+        if compacted:
+            self._drop_covered(compacted)
         return state
 
-    def _evict(self, state: _Session) -> None:
+    def _evict(self, state: _Session) -> bool:
         """Drop one session's state once its files are compacted and its row is on disk; a busy
-        state (locked, or with a row still to save) stays for a later pass."""
+        state (locked, or with a row still to save) stays for a later pass. Whether it compacted."""
         if not state.lock.acquire(blocking=False):
-            return
+            return False
+        compacted = False
         try:
             if state.version != state.saved:
-                return
+                return False
             if state.dirty:
                 compaction.compact_dir(state.directory)
-                state.dirty = False
+                state.dirty, compacted = False, True
             with self._lock:
                 sid = state.row["session_id"]
                 if self._sessions.get(sid) is state:
                     del self._sessions[sid]
             state.evicted = True
+            return compacted
         finally:
             state.lock.release()
 
