@@ -105,6 +105,9 @@ def test_appends_during_compaction_are_never_lost_or_doubled(writer, root):
 
     def append():
         for i in range(60):
+            deadline = time.monotonic() + 10
+            while i % 10 == 0 and len(observed) < i // 10 and time.monotonic() < deadline:
+                time.sleep(0.001)  # group-commit appends are fast: let reads land among them
             writer.record_completion(completion(prompt_token_ids=[i]))
         stop.set()
 
@@ -134,7 +137,7 @@ def test_appends_during_compaction_are_never_lost_or_doubled(writer, root):
         thread.join()
     compact_session(root, "s1")
     assert errors == []
-    assert len(observed) > 0
+    assert len(observed) >= 5
     assert seqs(root) == list(range(60))
     assert names(root) == ["part-60.parquet"]
 
