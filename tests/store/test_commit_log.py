@@ -71,8 +71,12 @@ def test_rows_that_json_cannot_hold_are_refused_before_the_log(writer, root):
     assert log_rows(root).num_rows == 0
 
 
-LINE = encode_row({**completion(), "seq": 1, "completion_id": "c-torn",
-                   "finished_at": datetime(2026, 1, 1, tzinfo=UTC)})
+def logged_line(seq: int) -> bytes:
+    return encode_row({**completion(), "seq": seq, "completion_id": f"c-{seq}",
+                       "finished_at": datetime(2026, 1, 1, tzinfo=UTC)})
+
+
+LINE = logged_line(1)
 
 
 @pytest.mark.parametrize("cut", [1, 20, len(LINE) // 2, len(LINE) - 3, len(LINE) - 2])
@@ -96,7 +100,7 @@ def test_a_whole_last_line_without_its_newline_is_a_row(root):
     with StoreWriter(root):
         pass
     root.joinpath("log").mkdir()
-    (root / "log" / "0dead-000000.jsonl").write_bytes(LINE.replace(b'"seq":1', b'"seq":0').rstrip(b"\n"))
+    (root / "log" / "0dead-000000.jsonl").write_bytes(logged_line(0).rstrip(b"\n"))
     assert connect(root).execute("SELECT count(*) FROM completions").fetchone() == (1,)
     assert read_session(session_dir(root, "completions", "s1")).num_rows == 1
 
@@ -167,3 +171,15 @@ def test_a_failed_write_leaves_no_line_of_its_batch_and_the_next_call_goes_on(ro
     assert first.read_bytes().count(b"\n") == 1 and first.read_bytes().endswith(b"\n")  # cut back: no torn tail
     rows = log_rows(root).to_pylist()
     assert [(r["seq"], r["completion_id"]) for r in rows] == [(0, "c-0"), (1, "c-2")]
+
+
+
+def test_recovery_stops_at_a_gap_and_keeps_what_lies_past_it_visible(root):
+    StoreWriter(root).close()
+    (root / "log").mkdir()
+    (root / "log" / "0dead-000000.jsonl").write_bytes(logged_line(0) + logged_line(2))  # seq 1 never written
+    with StoreWriter(root) as writer:
+        assert [p.name for p in session_dir(root, "completions", "s1").glob("*.parquet")] == ["part-1.parquet"]
+        assert [p.name for p in log_segments(root)] == ["0dead-000000.jsonl"]  # seq 2 is only there
+        assert writer.record_completion(completion())["seq"] == 3
+    assert connect(root).execute("SELECT seq FROM completions ORDER BY seq").fetchall() == [(0,), (2,), (3,)]
