@@ -39,7 +39,7 @@ def _plain(value: object) -> object:
         return (value if value.tzinfo else value.replace(tzinfo=UTC)).isoformat()
     if hasattr(value, "tolist"):
         return value.tolist()
-    raise TypeError(f"cannot store a {type(value).__name__} in the log")
+    raise ValueError(f"cannot store a {type(value).__name__} in the log")
 
 
 def encode_row(row: dict) -> bytes:

@@ -73,8 +73,11 @@ def _index(path: Path) -> dict[str, list[Span]]:
         cut = data.rfind(b"\n") + 1  # lines up to the last newline are final
         _scan(data[:cut], index.parsed, index.sessions)
         index.parsed += cut
-        sessions = {sid: list(spans) for sid, spans in index.sessions.items()}
-        _scan(data[cut:], index.parsed, sessions)  # a last line without its newline, if whole
+        tail: dict[str, list[Span]] = {}
+        _scan(data[cut:], index.parsed, tail)  # a last line without its newline, if whole
+        sessions = dict(index.sessions)  # the lists only grow: callers may read them as they are
+        for sid, spans in tail.items():
+            sessions[sid] = sessions.get(sid, []) + spans
         return sessions
 
 
