@@ -21,6 +21,7 @@ import time
 from pathlib import Path
 
 import httpx
+from tracetap.store import connect
 
 from tracetap.launch import free_port, start_gateway
 
@@ -100,8 +101,8 @@ def main() -> None:
             base = asyncio.run(measure(direct, args.calls, sessions))
             through = asyncio.run(measure(gateway.url, args.calls, sessions))
             rows.append((sessions, base, through))
-        recorded = len(list((Path(tmp) / "store" / "completions").rglob("*.parquet")))
-    print(json.dumps({"calls": args.calls, "files_recorded": recorded}))
+        recorded = connect(Path(tmp) / "store").execute("SELECT count(*) FROM completions").fetchone()[0]
+    print(json.dumps({"calls": args.calls, "rows_recorded": recorded}))
     print("| sessions | direct median ms | gateway median ms | added median ms | added p99 ms | gateway calls/s |")
     print("|---|---|---|---|---|---|")
     for sessions, base, through in rows:

@@ -9,9 +9,9 @@ Text ids follow a Zipf law over the ordinary vocabulary (how real token ids are 
 matters for how well Parquet compresses them); lengths are drawn so the context grows from the
 first prompt to exactly `max_context` tokens (last prompt + last sampled ids).
 
-Rows go through `StoreWriter.record_completion` (atomic, fsync'd file per call) and every session
-is closed with `close_session` (the writer's own compaction), as a gateway does. On a disk those
-fsyncs dominate, so several writer processes each fill a shard store on a staging directory
+Rows go through `StoreWriter.record_completion` (a durable group-commit log append per call) and every
+session is closed with `close_session` (the writer's own compaction into a part file), as a gateway
+does. On a disk the fsyncs dominate, so several writer processes each fill a shard store on a staging directory
 (tmpfs by default) with disjoint sessions, and each closed session's partitions are moved into the
 target store: the files are exactly what the writer wrote, no row is rewritten.
 """
@@ -141,12 +141,13 @@ def session_rows(index: int, shape: Shape, text: TextIds):
 
 
 def _move_session(shard: Path, root: Path, sid: str) -> None:
-    """Move a closed session's partitions from a shard store into `root`, files unchanged."""
+    """Move a closed session's partitions from a shard store into `root`, files unchanged. The part
+    file is copied: the shard's writer deletes a log segment once parts in the shard cover it."""
     for table in ("completions", "sessions"):
         source, target = session_dir(shard, table, sid), session_dir(root, table, sid)
         if target.exists():
             raise FileExistsError(f"{target} already exists")
-        shutil.move(source, target)
+        (shutil.copytree if table == "completions" else shutil.move)(source, target)
 
 
 def _write_shard(shard: Path, root: Path, indices: list[int], shape: Shape) -> int:
@@ -168,7 +169,7 @@ def write_sessions(root: Path, indices: list[int], shape: Shape, writers: int, s
     """Record the sessions `indices` into the store at `root`; returns the rows written.
 
     `writers` processes each run a StoreWriter on a shard store under `staging` (tmpfs keeps the
-    writer's per-call fsyncs cheap) and move every closed session into `root`.
+    writer's fsyncs cheap) and move every closed session into `root`.
     """
     StoreWriter(root).close()  # the store's layout and VERSION, as the writer makes them
     shards = [Path(tempfile.mkdtemp(prefix="tracetap-bench-", dir=staging)) / "store" for _ in range(writers)]

@@ -23,8 +23,9 @@ from tracetap.builders import per_request, prefix_merging
 from tracetap.builders.base import Builder
 from tracetap.builders.drift import Decode
 from tracetap.store import validate_session_id, write_session_table
+from tracetap.store.compaction import recorded_sessions
 from tracetap.store.files import check_store, read_parquet
-from tracetap.store.paths import SESSION_ID_PATTERN, session_dir, session_file
+from tracetap.store.paths import session_dir, session_file
 from tracetap.store.reading import read_session
 from tracetap.store.schema import SESSIONS
 
@@ -81,9 +82,7 @@ class BuildSummary:
 
 def list_sessions(store_root: Path | str) -> list[str]:
     """Ids of the sessions with recorded completions, sorted."""
-    root = check_store(store_root)
-    names = (path.name.removeprefix("session_id=") for path in Path(root, "completions").glob("session_id=*"))
-    return sorted(name for name in names if SESSION_ID_PATTERN.fullmatch(name))
+    return recorded_sessions(check_store(store_root))
 
 
 def _list_column(column: pa.ChunkedArray, dtype) -> list[np.ndarray | None]:

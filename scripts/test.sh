@@ -16,7 +16,7 @@ fi
 "$VENV/bin/ruff" check .
 "$VENV/bin/python" -m pytest -q "$@"
 "$VENV/bin/python" -m pytest -q -m fuzz tests/capture
-"$VENV/bin/python" -m pytest -q -m soak tests/capture/test_gateway_soak.py
+"$VENV/bin/python" -m pytest -q -m soak tests/capture/test_gateway_soak.py tests/capture/test_group_commit_crash.py
 "$VENV/bin/python" -m pytest -q -m harness tests/harness
 "$VENV/bin/python" -m pytest -q -m docker tests/images tests/rollout/test_docker_runtime.py tests/rollout/test_docker_rollout.py \
     tests/rollout/test_docker_evaluators.py tests/tracetap/test_demo.py

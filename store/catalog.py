@@ -5,10 +5,11 @@ written after `connect()`. Each view unions a typed empty row set, so tables wit
 empty views with the schema's columns and types. Files are read without hive partition inference:
 `session_id` (and `builder`) are real columns inside every file. The completions view applies the
 compaction visibility rule (see store/compaction.py) within one directory listing, so a query never
-sees a superseded file's rows twice. Views have no defined row order: use ORDER BY session_id, seq.
-Completions files hold the compact form (store/compact_form.py): the view expands it in SQL (`_expanded`),
-and the Polars scan of completions goes through the Python reader, which expands it (store/expansion.py),
-so both show `prompt_token_ids`, `request_json` and `chat_request_json` whole.
+sees a superseded file's rows twice; it includes the group-commit log's rows (store/log_reading.py),
+whose segments DuckDB lists again at every query too. Views have no defined row order: use ORDER BY
+session_id, seq. Completions files and log lines hold the compact form (store/compact_form.py): the view
+expands it in SQL (`_expanded`), and the Polars scan of completions goes through the Python reader, which
+expands it (store/expansion.py), so both show `prompt_token_ids`, `request_json` and `chat_request_json` whole.
 
 The completions view also carries each call's thread (VIEW_COLUMNS): its `chain_index`, read from the
 `prefix_merging` trajectories when they are built (the chain of the trace that holds the call, or
@@ -25,9 +26,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from tracetap.store.compact_form import BODIES, PLACEHOLDER, refs_column, template_column
+from tracetap.store.compaction import recorded_sessions
 from tracetap.store.connection import StoreConnection, duckdb_vanished
 from tracetap.store.files import storage_schema
-from tracetap.store.paths import TABLE_DEPTH, data_files, table_glob
+from tracetap.store.log_reading import log_source, sql_string, typed_nulls
+from tracetap.store.paths import TABLE_DEPTH, data_files, session_dir, table_glob
 from tracetap.store.reading import read_session, retrying, session_files
 from tracetap.store.schema import STORED_TABLES, TABLES
 
@@ -47,22 +50,24 @@ VIEW_COLUMNS = {"completions": (
 GREW_COLUMNS = ("sessions", "completions")
 
 
-def _sql_string(value: str) -> str:
-    return "'" + value.replace("'", "''") + "'"
+def _column_types(con: duckdb.DuckDBPyConnection, table: str) -> list[tuple[str, str]]:
+    """(column, DuckDB type) of every column of `table`, as DuckDB reads the storage schema."""
+    empty = con.from_arrow(storage_schema(STORED_TABLES[table]).empty_table())
+    return [(name, str(kind)) for name, kind in zip(empty.columns, empty.types, strict=True)]
 
 
 def _typed_empty(con: duckdb.DuckDBPyConnection, table: str) -> str:
     """A SELECT with every column of `table` (and `filename`), typed, returning no rows."""
-    empty = con.from_arrow(storage_schema(STORED_TABLES[table]).empty_table())
-    columns = [f'NULL::{kind} AS "{name}"' for name, kind in zip(empty.columns, empty.types, strict=True)]
-    return f"SELECT {', '.join(columns)}, NULL::VARCHAR AS filename WHERE false"
+    return f"SELECT {typed_nulls([*_column_types(con, table), ('filename', 'VARCHAR')])} WHERE false"
 
 
 def _source(con: duckdb.DuckDBPyConnection, root: Path, table: str) -> str:
     by_name = "true" if table in GREW_COLUMNS else "false"
-    scan = (f"SELECT * FROM read_parquet({_sql_string(table_glob(root, table))}, filename = true, "
+    scan = (f"SELECT * FROM read_parquet({sql_string(table_glob(root, table))}, filename = true, "
             f"hive_partitioning = false, union_by_name = {by_name}, allow_empty = true)")
-    return f"SELECT * FROM ({_typed_empty(con, table)}) UNION ALL BY NAME {scan}"
+    # the log is listed first: a segment is deleted only after the parts that cover it are in place
+    logged = f" UNION ALL BY NAME {log_source(root, _column_types(con, table))}" if table == "completions" else ""
+    return f"SELECT * FROM ({_typed_empty(con, table)}){logged} UNION ALL BY NAME {scan}"
 
 
 def _columns(table: str, tables: dict = TABLES) -> str:
@@ -70,7 +75,7 @@ def _columns(table: str, tables: dict = TABLES) -> str:
 
 
 def _visible_completions(con: duckdb.DuckDBPyConnection, root: Path) -> str:
-    # N = highest part per session; visible: part-N and per-completion files with seq >= N
+    # N = highest part per session; visible: part-N and per-completion files and log rows with seq >= N
     part = f"TRY_CAST(regexp_extract(filename, '{PART_NUMBER}', 1) AS BIGINT)"
     numbered = f"SELECT *, {part} AS _part FROM ({_source(con, root, 'completions')})"
     windowed = f"SELECT *, max(_part) OVER (PARTITION BY session_id) AS _covered FROM ({numbered})"
@@ -121,7 +126,7 @@ def _threads(con: duckdb.DuckDBPyConnection, root: Path) -> str:
     retried = "CAST(json_extract_string(metadata_json, '$.trace.retried_completion_ids[*]') AS VARCHAR[])"
     calls = (f"SELECT session_id, chain_index, unnest(list_concat(completion_ids, coalesce({retried}, []))) "
              f"AS completion_id FROM ({_source(con, root, 'trajectories')}) "
-             f"WHERE builder = {_sql_string(THREAD_BUILDER)}")
+             f"WHERE builder = {sql_string(THREAD_BUILDER)}")
     return f"SELECT session_id, completion_id, min(chain_index) AS chain_index FROM ({calls}) GROUP BY ALL"
 
 
@@ -198,7 +203,7 @@ def _completions_frame(root: Path, schema: polars.Schema, with_columns: list[str
     wanted = list(schema) if with_columns is None else list(with_columns)
     if predicate is not None:
         wanted += [name for name in predicate.meta.root_names() if name not in wanted]
-    directories = sorted(Path(root, "completions").glob("session_id=*"))
+    directories = [session_dir(root, "completions", sid) for sid in recorded_sessions(root)]
     frames = [polars.from_arrow(read_session(directory, wanted)) for directory in directories]
     return polars.concat(frames).lazy() if frames else polars.LazyFrame(schema={n: schema[n] for n in wanted})
 

@@ -6,10 +6,14 @@ seq 0..n-1. Readers apply one rule per session directory, using file names only:
     N = the largest n among part files (0 when there is none)
     visible = part-N  +  per-completion files with seq >= N      (everything else is superseded)
 
-Compaction (under an exclusive lock file, so two compactors never race) takes part-N and the run
-of per-completion files with seq N, N+1, ... up to the first gap, writes `part-<k>` atomically (temp
-name, fsync, rename), and only then deletes what it merged. The rename is the single switch: before
-it readers use the old files, after it the new part; a crash between the rename and the deletes
+Rows in the group-commit log (store/commit_log.py) count as per-completion files: a session's log
+rows with seq >= N are visible, and compaction merges them like files; the writer deletes a log
+segment once parts cover every row in it.
+
+Compaction (under an exclusive lock file, so two compactors never race) takes part-N and the run of
+per-completion files and log rows with seq N, N+1, ... up to the first gap, writes `part-<k>`
+atomically (temp name, fsync, rename), and only then deletes the files it merged. The rename is the
+single switch: before it readers use the old files, after it the new part; a crash between the rename and the deletes
 leaves superseded files that the rule hides and the next compaction removes. Files written while
 compaction runs have seq >= k (the writer assigns seqs in order and writes a session's files one at
 a time), so they are neither merged, nor deleted, nor hidden. Stopping at a gap means a file still
@@ -29,8 +33,18 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pyarrow as pa
-from tracetap.store.files import fsync_dir, read_parquet, write_parquet_atomic
-from tracetap.store.paths import data_files, loose_seq, part_covered, part_name, session_dir, validate_session_id
+import pyarrow.compute as pc
+from tracetap.store.files import ensure_dir, fsync_dir, read_parquet, write_parquet_atomic
+from tracetap.store.log_reading import log_rows, log_seqs, logged_sessions
+from tracetap.store.paths import (
+    SESSION_ID_PATTERN,
+    data_files,
+    loose_seq,
+    part_covered,
+    part_name,
+    session_dir,
+    validate_session_id,
+)
 from tracetap.store.schema import STORED_COMPLETIONS
 
 LOCK_NAME = ".compact.lock"
@@ -57,10 +71,21 @@ def live_files(directory: Path) -> list[Path]:
     return head + [path for seq, path in sorted(loose.items()) if seq >= covered]
 
 
+def _logged(directory: Path) -> pa.Table:
+    """The session's rows in the group-commit log (store/commit_log.py), all columns."""
+    return log_rows(directory.parent.parent, directory.name.removeprefix("session_id="))
+
+
+def covered(directory: Path) -> int:
+    """How many seqs (0..n-1) the session's parts cover."""
+    return max(_classify(directory)[0], default=0)
+
+
 def next_seq(directory: Path) -> int:
-    """The seq the next completion of this session gets: one past the highest on disk."""
+    """The seq the next completion of this session gets: one past the highest on disk or in the log."""
     parts, loose = _classify(directory)
-    return max([*parts, *(seq + 1 for seq in loose)], default=0)
+    logged = log_seqs(directory.parent.parent, directory.name.removeprefix("session_id="))
+    return max([*parts, *(seq + 1 for seq in [*loose, *logged])], default=0)
 
 
 @contextmanager
@@ -93,9 +118,9 @@ def _stale_temps(directory: Path) -> list[Path]:
     return stale
 
 
-def _merge(directory: Path, inputs: list[Path], covered: int) -> pa.Table:
-    """The rows of `inputs`, checked to be exactly seqs 0..covered-1 of one session, in order."""
-    table = read_parquet(inputs, STORED_COMPLETIONS)
+def _merge(directory: Path, inputs: list[Path], logged: pa.Table, covered: int) -> pa.Table:
+    """The rows of `inputs` and `logged`, checked to be exactly seqs 0..covered-1 of one session, in order."""
+    table = pa.concat_tables([read_parquet(inputs, STORED_COMPLETIONS), logged]).sort_by("seq")
     if table.column("seq").to_pylist() != list(range(covered)):
         raise RuntimeError(f"{directory}: files to merge do not hold seqs 0..{covered - 1}; left unchanged")
     if len(set(table.column("session_id").to_pylist())) > 1:
@@ -104,19 +129,24 @@ def _merge(directory: Path, inputs: list[Path], covered: int) -> pa.Table:
 
 
 def compact_dir(directory: Path) -> int:
-    """Compact one session directory; returns how many per-completion files were merged."""
-    if not directory.is_dir():
+    """Compact one session directory and its log rows; returns how many rows were merged."""
+    logged = _logged(directory)  # rows appended after this read have higher seqs: left for next time
+    if not directory.is_dir() and not logged.num_rows:
         return 0
+    ensure_dir(directory)  # a session seen only in the log has no directory yet
     with _locked(directory):
         parts, loose = _classify(directory)
         start = max(parts, default=0)
+        in_log = set(logged.column("seq").to_pylist())
         end = start
-        while end in loose:
+        while end in loose or end in in_log:
             end += 1
         superseded = [p for n, p in parts.items() if n < start] + [p for s, p in loose.items() if s < start]
         if end > start:
-            inputs = ([parts[start]] if start in parts else []) + [loose[s] for s in range(start, end)]
-            write_parquet_atomic(directory / part_name(end), _merge(directory, inputs, end), PART_COMPRESSION)
+            inputs = ([parts[start]] if start in parts else []) + [loose[s] for s in range(start, end) if s in loose]
+            seqs = pc.field("seq")
+            merged = _merge(directory, inputs, logged.filter((seqs >= start) & (seqs < end)), end)
+            write_parquet_atomic(directory / part_name(end), merged, PART_COMPRESSION)
             superseded += inputs
         _remove(superseded + _stale_temps(directory), directory)
     return end - start
@@ -126,10 +156,12 @@ def rewrite_dir(directory: Path, rewrite: Callable[[pa.Table], pa.Table]) -> int
     """Replace one session's live files by a single part holding `rewrite(its rows)`, by the same
     switch as compaction (the part is renamed in, then what it supersedes is deleted); returns the
     number of rows. A part of the same name is replaced whole by the rename."""
+    logged = _logged(directory)
     with _locked(directory):
         files = live_files(directory)
         covered = next_seq(directory)
-        table = rewrite(_merge(directory, files, covered))
+        head = part_covered(files[0]) if files and part_covered(files[0]) is not None else 0
+        table = rewrite(_merge(directory, files, logged.filter(pc.field("seq") >= head), covered))
         write_parquet_atomic(directory / part_name(covered), table, PART_COMPRESSION)
         old = [path for path in data_files(directory) if path.name != part_name(covered)]
         _remove(old + _stale_temps(directory), directory)
@@ -137,15 +169,20 @@ def rewrite_dir(directory: Path, rewrite: Callable[[pa.Table], pa.Table]) -> int
 
 
 def compact_session(root: Path | str, sid: str) -> int:
-    """Compact one session's completions; returns how many per-completion files were merged."""
+    """Compact one session's completions; returns how many rows were merged."""
     return compact_dir(session_dir(Path(root), "completions", validate_session_id(sid)))
 
 
+def recorded_sessions(root: Path | str) -> list[str]:
+    """Ids of the sessions with completions (a completions directory, or rows in the log), sorted."""
+    in_dirs = {d.name.removeprefix("session_id=") for d in Path(root, "completions").glob("session_id=*")}
+    return sorted(sid for sid in in_dirs | logged_sessions(root) if SESSION_ID_PATTERN.fullmatch(sid))
+
+
 def compact_store(root: Path | str) -> dict[str, int]:
-    """Compact every session of the store: {session_id: files merged} for sessions that changed."""
+    """Compact every session of the store: {session_id: rows merged} for sessions that changed."""
     merged = {}
-    for directory in sorted(Path(root, "completions").glob("session_id=*")):
-        sid = directory.name.removeprefix("session_id=")
+    for sid in recorded_sessions(root):
         if count := compact_session(root, sid):
             merged[sid] = count
     return merged

@@ -13,7 +13,9 @@ from pathlib import Path
 SESSION_ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
 LOOSE_NAME = re.compile(r"^(\d{8,})-(.+)\.parquet$")
 PART_NAME = re.compile(r"^part-(\d+)\.parquet$")
+SEGMENT_NAME = re.compile(r"^([A-Za-z0-9]+)-(\d{6,})\.jsonl$")
 VERSION_FILE = "VERSION"
+LOG_DIR = "log"
 TABLE_DEPTH = {"completions": 1, "sessions": 1, "rewards": 1, "trajectories": 2}
 
 
@@ -69,6 +71,26 @@ def completion_name(seq: int, completion_id: str) -> str:
 def part_name(covered: int) -> str:
     """A compacted file; `covered` is how many seqs (0..covered-1) it holds, see compaction."""
     return f"part-{covered}.parquet"
+
+
+def segment_name(writer_id: str, number: int) -> str:
+    """A group-commit log segment: `<writer-id>-<number:06d>.jsonl` (see store/commit_log.py)."""
+    if not re.fullmatch(r"[A-Za-z0-9]+", validate_name(writer_id, "writer id")):
+        raise ValueError(f"invalid writer id {writer_id!r}: letters and digits only")
+    return f"{writer_id}-{number:06d}.jsonl"
+
+
+def log_segments(root: Path) -> list[Path]:
+    """The store's log segments, oldest first within each writer (temp and hidden names skipped)."""
+    directory = Path(root, LOG_DIR)
+    if not directory.is_dir():
+        return []
+    return sorted(p for p in directory.iterdir() if SEGMENT_NAME.match(p.name))
+
+
+def log_glob(root: Path) -> str:
+    """The glob SQL readers expand at every query to find the log segments."""
+    return str(Path(root, LOG_DIR, "*-*.jsonl"))
 
 
 def session_file(root: Path, sid: str) -> Path:

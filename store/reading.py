@@ -23,6 +23,7 @@ import pyarrow as pa
 from tracetap.store.compaction import live_files
 from tracetap.store.expansion import expand, inputs
 from tracetap.store.files import read_parquet
+from tracetap.store.log_reading import log_rows
 from tracetap.store.paths import loose_seq, part_covered
 from tracetap.store.schema import COMPLETIONS, STORED_COMPLETIONS
 
@@ -78,9 +79,28 @@ def session_files(directory: Path) -> list[Path]:
     raise ListingRaced(f"{directory} changed during each of {ATTEMPTS} listings")
 
 
+def visible_log_rows(logged: pa.Table, files: list[Path]) -> pa.Table:
+    """The log rows the visibility rule shows next to a listing of data files: in each session, the
+    rows with seq >= N, N the session's head part in `files` (0 without one)."""
+    covered = {path.parent.name.removeprefix("session_id="): part_covered(path) for path in files
+               if part_covered(path) is not None}
+    sessions, seqs = logged.column("session_id").to_pylist(), logged.column("seq").to_pylist()
+    keep = [seq >= covered.get(sid, 0) for sid, seq in zip(sessions, seqs, strict=True)]
+    return logged.filter(pa.array(keep, pa.bool_()))
+
+
+def _read_session_once(directory: Path, columns: list[str] | None) -> pa.Table:
+    # the log is read first: a segment is deleted only after the parts that cover it are in place
+    logged = log_rows(directory.parent.parent, directory.name.removeprefix("session_id="))
+    files = session_files(directory)
+    visible = visible_log_rows(logged, files)
+    return pa.concat_tables([read_parquet(files, STORED_COMPLETIONS, columns),
+                             visible if columns is None else visible.select(columns)])
+
+
 def read_session(directory: Path, columns: list[str] | None = None) -> pa.Table:
     """One session's completions, full (store/expansion.py) and in seq order, as of one listing,
-    whatever compaction does meanwhile. `columns` may name stored compact columns too."""
+    whatever compaction does meanwhile: its data files and its rows in the group-commit log.
+    `columns` may name stored compact columns too."""
     wanted = columns if columns is not None else COMPLETIONS.names
-    stored = retrying(lambda: read_parquet(session_files(directory), STORED_COMPLETIONS, inputs(wanted)))
-    return expand(stored, wanted)
+    return expand(retrying(lambda: _read_session_once(directory, inputs(wanted))), wanted)

@@ -1,10 +1,13 @@
 """The durable, thread-safe writer the gateway records every call with.
 
-One file per completion (`completions/session_id=<sid>/<seq:08d>-<completion_id>.parquet`), written
-atomically and fsync'd before `record_completion` returns, then the session's one-row summary is
-rewritten. The file holds the row's compact form (store/compact_form.py: only what is new since the
-session's earlier calls); each cached session keeps the encoder's History (at most 1 MiB of chain tips
-and 128 KiB of chunk keys; a session dropped from the cache starts a fresh one). Session state lives
+Every completion is one line of the writer's group-commit log (store/commit_log.py): calls that
+finish together share one append and one fdatasync, and `record_completion` returns once its line
+is durable; then the session's one-row summary is rewritten. The line holds the row's compact form
+(store/compact_form.py: only what is new since the session's earlier calls); each cached session keeps
+the encoder's History (at most 1 MiB of chain tips and 128 KiB of chunk keys; a session dropped from
+the cache starts a fresh one). Compaction moves the log rows into part files (on close_session,
+compact_idle and eviction) and segments whose rows parts cover are deleted. A writer opening the store
+recovers the log a dead one left: its whole rows are compacted, torn tails dropped. Session state lives
 in memory after its first touch, so a write never re-reads the store.
 Writes to one session are serialized (seqs hit the disk in order, which compaction relies on);
 different sessions write in parallel. The summary row is rewritten by a background thread right
@@ -25,7 +28,7 @@ import secrets
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -33,20 +36,24 @@ from itertools import islice
 from pathlib import Path
 
 from tracetap.store import compaction
+from tracetap.store.commit_log import SEGMENT_BYTES, CommitLog, encode_line
 from tracetap.store.compact_form import History, encode_row
 from tracetap.store.files import (
     StoreError,
     ensure_dir,
+    fsync_dir,
     read_parquet,
     read_version,
     write_parquet_atomic,
     write_text_atomic,
 )
 from tracetap.store.flusher import Flusher
+from tracetap.store.log_reading import logged_sessions, segment_sessions
 from tracetap.store.paths import (
+    LOG_DIR,
     SESSION_ID_PATTERN,
     VERSION_FILE,
-    completion_name,
+    log_segments,
     session_dir,
     session_file,
     validate_name,
@@ -148,13 +155,18 @@ def _new_row(sid: str) -> dict:
 class StoreWriter:
     """Append-only writer for one store directory (created with its layout when missing)."""
 
-    def __init__(self, root: Path | str, max_sessions: int = MAX_SESSIONS) -> None:
+    def __init__(self, root: Path | str, max_sessions: int = MAX_SESSIONS,
+                 segment_bytes: int = SEGMENT_BYTES) -> None:
         self.root = Path(root)
         self.max_sessions = max_sessions
         self._lock = threading.Lock()
         self._sessions: OrderedDict[str, _Session] = OrderedDict()  # least recently used first
         self._owner = self._open_store()
+        self._log = CommitLog(self.root / LOG_DIR, secrets.token_hex(8), segment_bytes)
+        self._segments_lock = threading.Lock()
+        self._uncovered: dict[Path, dict[str, int]] = {}  # retired segment -> {session: highest seq} not in parts
         self._flusher = Flusher(self._save_deferred, delay=SESSION_SAVE_DELAY)
+        self._recover()
         self._reconcile()
 
     @property
@@ -179,6 +191,38 @@ class StoreWriter:
             raise StoreError(f"store {self.root} is already open in another StoreWriter") from None
         return owner
 
+    def _recover(self) -> None:
+        """Move the rows a dead writer's log holds into parts and drop its segments (a torn tail is
+        no row); rows past a gap, which a correct writer never leaves, stay visible in the log."""
+        logged = sorted(logged_sessions(self.root))
+        for sid in logged:
+            compaction.compact_session(self.root, sid)
+        self._drop_covered(logged)
+
+    def _drop_covered(self, compacted: Collection[str]) -> None:
+        """Delete the retired log segments whose every row is in a part file. A segment seen retired
+        for the first time has all its sessions checked; after that, only the `compacted` ones."""
+        with self._segments_lock:
+            fresh = {path: segment_sessions(path) for path in log_segments(self.root)
+                     if path not in self._uncovered and self._log.retired(path)}
+            for sessions in fresh.values():
+                self._forget_covered(sessions, list(sessions))
+            for sessions in self._uncovered.values():
+                self._forget_covered(sessions, [sid for sid in compacted if sid in sessions])
+            self._uncovered.update(fresh)
+            dropped = [path for path, sessions in self._uncovered.items() if not sessions]
+            for path in dropped:
+                path.unlink(missing_ok=True)
+                del self._uncovered[path]
+            if dropped:
+                fsync_dir(self.root / LOG_DIR)
+
+    def _forget_covered(self, sessions: dict[str, int], check: list[str]) -> None:
+        """Remove from `sessions` ({session: highest seq in a segment}) those of `check` parts now cover."""
+        for sid in check:
+            if sessions[sid] < compaction.covered(session_dir(self.root, "completions", sid)):
+                del sessions[sid]
+
     def _reconcile(self) -> None:
         """Rewrite the summary rows a crash left behind their completions (a kill -9 between a call's
         durable write and its deferred row save), so readers need not wait for the session's next call.
@@ -202,6 +246,7 @@ class StoreWriter:
     def close(self) -> None:
         """Write pending session rows and release the store (sessions stay open, nothing is lost)."""
         self._flusher.close()
+        self._log.close()
         self._owner.close()
 
     def __enter__(self) -> StoreWriter:
@@ -225,8 +270,8 @@ class StoreWriter:
             full["finished_at"] = full["finished_at"] or datetime.now(UTC)
             try:
                 stored = encode_row(state.history, full)
-                write_parquet_atomic(state.directory / completion_name(state.next_seq, completion_id),
-                                     rows_to_table("completions", [stored]))
+                rows_to_table("completions", [stored])  # a row that does not fit the schema never reaches the log
+                self._log.append(encode_line(stored))
             except BaseException:
                 state.history = History()  # it learned a call that is not on disk
                 raise
@@ -236,6 +281,14 @@ class StoreWriter:
             state.last_write, state.dirty = time.monotonic(), True
         self._flusher.submit(sid)
         return full
+
+    def has_completions(self, sid: str) -> bool:
+        """Whether the session recorded any call (in the log or in its files)."""
+        with self._lock:
+            state = self._sessions.get(validate_session_id(sid))
+        if state is not None:
+            return state.next_seq > 0
+        return compaction.next_seq(session_dir(self.root, "completions", sid)) > 0
 
     def note_unrecorded(self, sid: str, kind: str) -> None:
         """Count a call answered without a completion row (a probe, a model list, a token count, an
@@ -266,6 +319,7 @@ class StoreWriter:
             state.row.update(status="closed", ended_at=datetime.now(UTC))
             state.version += 1
             state.dirty = False
+        self._drop_covered([sid])
         return self._save(state)
 
     def compact_idle(self, idle_seconds: float) -> list[str]:
@@ -279,6 +333,8 @@ class StoreWriter:
                     compaction.compact_dir(state.directory)
                     state.dirty = False
                     done.append(sid)
+        if done:
+            self._drop_covered(done)
         return done
 
     @contextmanager
@@ -303,26 +359,29 @@ class StoreWriter:
             state = self._sessions[sid]
             over = len(self._sessions) - self.max_sessions
             oldest = list(islice(self._sessions.values(), max(0, over)))
-        for old in oldest:
-            self._evict(old)
+        compacted = [old.row["session_id"] for old in oldest if self._evict(old)]
+        if compacted:
+            self._drop_covered(compacted)
         return state
 
-    def _evict(self, state: _Session) -> None:
+    def _evict(self, state: _Session) -> bool:
         """Drop one session's state once its files are compacted and its row is on disk; a busy
-        state (locked, or with a row still to save) stays for a later pass."""
+        state (locked, or with a row still to save) stays for a later pass. Whether it compacted."""
         if not state.lock.acquire(blocking=False):
-            return
+            return False
+        compacted = False
         try:
             if state.version != state.saved:
-                return
+                return False
             if state.dirty:
                 compaction.compact_dir(state.directory)
-                state.dirty = False
+                state.dirty, compacted = False, True
             with self._lock:
                 sid = state.row["session_id"]
                 if self._sessions.get(sid) is state:
                     del self._sessions[sid]
             state.evicted = True
+            return compacted
         finally:
             state.lock.release()
 

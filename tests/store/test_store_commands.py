@@ -114,7 +114,7 @@ def test_compact_one_session_then_all(store):
     files = session_dir(store, "completions", "run-1").glob("*.parquet")
     assert [p.name for p in files] == ["part-2.parquet"]
     out = run("compact", "--store", str(store)).stdout
-    assert "run-2: merged 1 file" in out and "compacted 1 session(s)" in out
+    assert "run-2: merged 1 row" in out and "compacted 1 session(s)" in out
     assert run("compact", "--store", str(store), "--json").stdout.strip() == "{}"
 
 

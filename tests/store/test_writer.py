@@ -9,10 +9,11 @@ import pyarrow.parquet as pq
 import pytest
 from store_rows import completion, snapshot
 from tracetap.store import InvalidSessionId, StoreWriter, connect
-from tracetap.store.files import StoreError, storage_schema
-from tracetap.store.paths import session_dir, session_file
+from tracetap.store.files import StoreError
+from tracetap.store.log_reading import log_rows
+from tracetap.store.paths import log_segments, session_dir, session_file
 from tracetap.store.reading import read_session
-from tracetap.store.schema import COMPLETIONS, SCHEMA_VERSION, STORED_COMPLETIONS
+from tracetap.store.schema import COMPLETIONS, SCHEMA_VERSION
 
 
 def session_row(root, sid="s1"):
@@ -38,16 +39,16 @@ def test_second_writer_on_one_store_is_refused(writer, root):
         StoreWriter(root)
 
 
-def test_record_fills_ids_and_writes_one_complete_file(writer, root):
+def test_record_fills_ids_and_logs_one_whole_line(writer, root):
     stored = writer.record_completion(completion(created_at=datetime(2026, 1, 1, tzinfo=UTC)))
     assert stored["seq"] == 0 and re.fullmatch(r"cmpl-[0-9a-f]{24}", stored["completion_id"])
     assert stored["finished_at"].tzinfo is not None and set(stored) == set(COMPLETIONS.names)
-    files = list(session_dir(root, "completions", "s1").glob("*.parquet"))
-    assert [f.name for f in files] == [f"00000000-{stored['completion_id']}.parquet"]
-    table = pq.read_table(files[0])
-    assert table.schema.equals(storage_schema(STORED_COMPLETIONS))
-    assert table.column("prompt_suffix_ids").to_pylist() == [[1, 2, 3]]  # compact form: no reference
-    assert read_session(files[0].parent).to_pylist() == [stored]
+    assert not session_dir(root, "completions", "s1").exists()  # no per-call file: one log line
+    [segment] = log_segments(root)
+    assert segment.read_bytes().count(b"\n") == 1
+    [line] = log_rows(root).to_pylist()
+    assert line["prompt_suffix_ids"] == [1, 2, 3] and line["prompt_token_ids"] is None  # compact form
+    assert read_session(session_dir(root, "completions", "s1")).to_pylist() == [stored]
 
 
 def test_every_file_is_complete_and_no_temp_is_left(writer, root):
@@ -57,8 +58,9 @@ def test_every_file_is_complete_and_no_temp_is_left(writer, root):
     files = [p for p in root.rglob("*") if p.is_file() and p.name not in ("VERSION",)]
     assert not [p for p in files if p.name.endswith(".tmp")]
     data = [p for p in files if p.suffix == ".parquet"]
-    assert len(data) == 20 + 3
+    assert len(data) == 3  # the session rows; the calls are in the log
     assert all(pq.read_table(p).num_rows == 1 for p in data)
+    assert log_rows(root).num_rows == 20
 
 
 def test_given_completion_id_is_kept_and_checked(writer, root):

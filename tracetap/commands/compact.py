@@ -1,4 +1,4 @@
-"""`tracetap compact`: merge per-completion files into part files (the gateway also does it on close)."""
+"""`tracetap compact`: merge logged rows and per-completion files into part files (as the gateway does on close)."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import click
 
 from tracetap.common import store_option
 from tracetap.store.compaction import compact_session, compact_store
+from tracetap.store.log_reading import logged_sessions
 from tracetap.store.paths import InvalidSessionId, session_dir
 
 
@@ -17,7 +18,7 @@ def _compact_one(root: Path, session_id: str) -> int:
         directory = session_dir(root, "completions", session_id)
     except InvalidSessionId as error:
         raise click.BadParameter(str(error), param_hint="--session") from None
-    if not directory.is_dir():
+    if not directory.is_dir() and session_id not in logged_sessions(root):
         raise click.ClickException(f"session {session_id!r} has no completions in {root}")
     return compact_session(root, session_id)
 
@@ -25,9 +26,9 @@ def _compact_one(root: Path, session_id: str) -> int:
 @click.command()
 @store_option
 @click.option("--session", "session_id", help="Compact only this session.")
-@click.option("--json", "json_", is_flag=True, help="Print {session: files merged} as JSON.")
+@click.option("--json", "json_", is_flag=True, help="Print {session: rows merged} as JSON.")
 def command(store: Path, session_id: str | None, json_: bool) -> None:
-    """Merge each session's per-completion files into one part file.
+    """Merge each session's logged rows and per-completion files into one part file.
 
     Safe while a gateway is recording into the store: readers never see a row twice or miss one.
 
@@ -38,5 +39,5 @@ def command(store: Path, session_id: str | None, json_: bool) -> None:
         click.echo(json.dumps(merged))
         return
     for sid, count in merged.items():
-        click.echo(f"{sid}: merged {count} file{'s' if count != 1 else ''}")
+        click.echo(f"{sid}: merged {count} row{'s' if count != 1 else ''}")
     click.echo(f"compacted {sum(1 for c in merged.values() if c)} session(s)")

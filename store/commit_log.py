@@ -1,0 +1,164 @@
+"""The group-commit log: calls that finish close together share one append and one fdatasync.
+
+Each StoreWriter owns one log under `log/`, named by a random writer id: segments
+`<writer-id>-<n:06d>.jsonl`, one completions row (its storage form) per line. A caller hands `append`
+its line and blocks; a committer thread takes every line queued since its last write, appends them
+with one write and one fdatasync (a new segment also fsyncs the directory, so its name survives a
+crash), then wakes the callers: a call returns only once its line is durable.
+
+Every line ends with the end mark (`"_end":1`, after the schema's last column): a line cut by a crash
+lacks it and is never visible (store/log_reading.py). A failed write may leave such a torn tail, so
+the segment is retired and the next batch starts a new one: a torn tail always ends its segment and
+is never glued to a later line. Segments rotate past `segment_bytes`; compaction moves their rows
+into part files and the writer deletes a segment (never the live one) once parts cover all its rows.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+from contextlib import suppress
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+
+from tracetap.store.files import StoreError, ensure_dir, fsync_dir
+from tracetap.store.paths import segment_name
+from tracetap.store.schema import STORED_COMPLETIONS
+
+END_MARK = b',"_end":1}'
+SEGMENT_BYTES = 64 << 20  # a segment past this size is closed and a new one started
+_COLUMNS = STORED_COMPLETIONS.names  # session_id and seq come first: log_reading indexes lines by them
+
+
+def _plain(value: object) -> object:
+    """JSON for what json cannot write itself: timestamps as ISO 8601 (exact to the microsecond,
+    naive ones taken as UTC, as Arrow does), numpy values as Python ones."""
+    if isinstance(value, datetime):
+        return (value if value.tzinfo else value.replace(tzinfo=UTC)).isoformat()
+    if hasattr(value, "tolist"):
+        return value.tolist()
+    raise ValueError(f"cannot store a {type(value).__name__} in the log")
+
+
+def encode_line(row: dict) -> bytes:
+    """One completions row as one log line: the schema's columns in order, then the end mark.
+
+    Floats are written as Python's repr of the double, which parses back to the same double, so
+    the float32 both readers cast it to is the one a Parquet write of the row stores.
+    """
+    body = json.dumps({name: row.get(name) for name in _COLUMNS}, separators=(",", ":"), default=_plain)
+    return body[:-1].encode() + END_MARK + b"\n"
+
+
+@dataclass
+class _Pending:
+    line: bytes
+    done: bool = False
+    error: OSError | None = None
+
+
+class CommitLog:
+    """One writer's append-only log; `append` returns once its line is on disk."""
+
+    def __init__(self, directory: Path, writer_id: str, segment_bytes: int = SEGMENT_BYTES) -> None:
+        self.directory = directory
+        self.writer_id = writer_id
+        self.segment_bytes = segment_bytes
+        segment_name(writer_id, 0)  # checks the id before anything runs
+        self._cond = threading.Condition()
+        self._queue: list[_Pending] = []
+        self._closed = False
+        self._number = 0
+        self._fd: int | None = None
+        self._size = 0
+        self._live: Path | None = None
+        self._segment_lock = threading.Lock()  # the live segment changes only under it
+        self._thread = threading.Thread(target=self._run, name="tracetap-committer", daemon=True)
+        self._thread.start()
+
+    def retired(self, path: Path) -> bool:
+        """Whether no batch can go to the segment `path` again (any segment but the live one)."""
+        with self._segment_lock:
+            return path != self._live
+
+    def append(self, line: bytes) -> None:
+        """Queue one encoded line and wait until the batch holding it is durable."""
+        pending = _Pending(line)
+        with self._cond:
+            if self._closed:
+                raise StoreError(f"the log {self.directory}/{self.writer_id}-* is closed")
+            self._queue.append(pending)
+            self._cond.notify_all()
+            self._cond.wait_for(lambda: pending.done)
+        if pending.error is not None:
+            raise StoreError(f"could not write the log: {pending.error}") from pending.error
+
+    def close(self) -> None:
+        """Write what is queued, then stop the committer and close the segment."""
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+        self._thread.join()
+        self._retire()
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                self._cond.wait_for(lambda: self._queue or self._closed)
+                if not self._queue:
+                    return
+                batch, self._queue = self._queue, []
+            error = self._write(b"".join(pending.line for pending in batch))
+            with self._cond:
+                for pending in batch:
+                    pending.done, pending.error = True, error
+                self._cond.notify_all()
+
+    def _write(self, data: bytes) -> OSError | None:
+        """Append one batch with one write and one fdatasync. A failure cuts the segment back to where
+        the batch began (its callers get an error, so none of its lines may stay whole: their seqs are
+        given again) and retires it."""
+        try:
+            fd = self._segment()
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
+            os.fdatasync(fd)
+        except OSError as error:
+            self._cut_back()
+            return error
+        self._size += len(data)
+        if self._size >= self.segment_bytes:
+            self._retire()
+        return None
+
+    def _segment(self) -> int:
+        """The open live segment, created (and its name made durable) when there is none."""
+        with self._segment_lock:
+            if self._fd is None:
+                self._open_segment()
+        return self._fd
+
+    def _open_segment(self) -> None:
+        ensure_dir(self.directory)
+        path = self.directory / segment_name(self.writer_id, self._number)
+        self._number += 1
+        self._live = path  # before the file exists: retired() never takes it for a closed one
+        self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o644)
+        self._size = 0
+        fsync_dir(self.directory)
+
+    def _cut_back(self) -> None:
+        with suppress(OSError):  # a disk that cannot even truncate fails the next writes too
+            if self._fd is not None:
+                os.ftruncate(self._fd, self._size)
+                os.fdatasync(self._fd)
+        self._retire()
+
+    def _retire(self) -> None:
+        with self._segment_lock:
+            if self._fd is not None:
+                os.close(self._fd)
+            self._fd, self._live = None, None

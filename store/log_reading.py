@@ -1,0 +1,165 @@
+"""Reading the group-commit log (store/commit_log.py): its rows for the Python read, its SQL source.
+
+A line is a row when it is whole: it ends with the end mark (the row's last field) and parses. A line
+cut by a crash lacks the mark and is never visible, in Python as in SQL (DuckDB's
+`read_ndjson(ignore_errors=true)` turns such a line into a row of NULLs, which the mark filters out).
+Which log rows a reader shows is the store's one visibility rule (store/compaction.py): a session's
+rows with seq >= N, N its highest part.
+
+A segment only grows while its writer lives, so each process keeps an index of every segment it read
+(where each session's lines are, not the rows) and extends it by what was appended since.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import threading
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+
+import pyarrow as pa
+from tracetap.store.commit_log import END_MARK
+from tracetap.store.files import storage_schema
+from tracetap.store.paths import log_glob, log_segments
+from tracetap.store.schema import STORED_COMPLETIONS
+
+LINE_HEAD = re.compile(rb'\{"session_id":"([^"\\]+)","seq":(\d+),')
+MAX_LINE_BYTES = 2**31 - 1  # DuckDB's maximum_object_size: no row is ever too long to read
+_STORAGE = storage_schema(STORED_COMPLETIONS)
+_TIMESTAMPS = [f.name for f in STORED_COMPLETIONS if pa.types.is_timestamp(f.type)]
+
+Span = tuple[int, int, int]  # (seq, start, end) of one whole line in its segment
+
+
+@dataclass
+class _Index:
+    """Where the whole lines of one segment are, by session, up to `parsed` bytes."""
+
+    inode: int
+    parsed: int = 0
+    sessions: dict[str, list[Span]] = field(default_factory=dict)
+
+
+_INDEXES: dict[Path, _Index] = {}
+_LOCK = threading.Lock()
+
+
+def _scan(data: bytes, base: int, sessions: dict[str, list[Span]]) -> None:
+    """Index the whole lines of `data` (which starts at byte `base` of its segment)."""
+    start = 0
+    while start < len(data):
+        end = data.find(b"\n", start)
+        end = len(data) if end < 0 else end
+        line = data[start:end]
+        head = LINE_HEAD.match(line)
+        if head and line.endswith(END_MARK):
+            sid = head.group(1).decode()
+            sessions.setdefault(sid, []).append((int(head.group(2)), base + start, base + end))
+        start = end + 1
+
+
+def _index(path: Path) -> dict[str, list[Span]]:
+    """The whole lines of one segment by session, read as far as it is written now."""
+    with open(path, "rb") as handle, _LOCK:
+        stat = os.fstat(handle.fileno())
+        index = _INDEXES.get(path)
+        if index is None or index.inode != stat.st_ino:
+            index = _INDEXES[path] = _Index(stat.st_ino)
+        handle.seek(index.parsed)
+        data = handle.read(stat.st_size - index.parsed)
+        cut = data.rfind(b"\n") + 1  # lines up to the last newline are final
+        _scan(data[:cut], index.parsed, index.sessions)
+        index.parsed += cut
+        tail: dict[str, list[Span]] = {}
+        _scan(data[cut:], index.parsed, tail)  # a last line without its newline, if whole
+        sessions = dict(index.sessions)  # the lists only grow: callers may read them as they are
+        for sid, spans in tail.items():
+            sessions[sid] = sessions.get(sid, []) + spans
+        return sessions
+
+
+def segment_sessions(path: Path) -> dict[str, int]:
+    """{session: highest seq} over the whole rows of one segment."""
+    return {sid: max(seq for seq, _, _ in spans) for sid, spans in _index(path).items()}
+
+
+def log_seqs(root: Path | str, sid: str) -> list[int]:
+    """The seqs of one session's whole rows in the log, from the index (no row is decoded)."""
+    return [seq for path in _segments(Path(root)) for seq, _, _ in _index(path).get(sid, [])]
+
+
+def logged_sessions(root: Path | str) -> set[str]:
+    """Every session with a whole row in the log."""
+    return {sid for path in log_segments(Path(root)) for sid in segment_sessions(path)}
+
+
+def _segments(root: Path) -> list[Path]:
+    """The log's segments now; the index forgets deleted ones."""
+    segments = log_segments(root)
+    with _LOCK:
+        for gone in set(_INDEXES) - set(segments):
+            if gone.parent == Path(root, "log"):
+                del _INDEXES[gone]
+    return segments
+
+
+def _decode(line: bytes) -> dict | None:
+    try:
+        row = json.loads(line)
+    except ValueError:
+        return None  # a whole-looking line that does not parse is as invisible as a torn one
+    for name in _TIMESTAMPS:
+        if row.get(name) is not None:
+            row[name] = datetime.fromisoformat(row[name])
+    return row
+
+
+def _read_rows(path: Path, spans: list[Span]) -> list[dict]:
+    rows = []
+    with open(path, "rb") as handle:
+        for _, start, end in spans:
+            handle.seek(start)
+            if (row := _decode(handle.read(end - start))) is not None:
+                rows.append(row)
+    return rows
+
+
+def log_rows(root: Path | str, sid: str | None = None, columns: list[str] | None = None) -> pa.Table:
+    """The log's whole rows (of one session, or all), typed as the completions storage schema.
+
+    Raises FileNotFoundError when compaction deleted a segment meanwhile: run it under `retrying`.
+    """
+    rows = []
+    for path in _segments(Path(root)):
+        sessions = _index(path)
+        wanted = sessions.get(sid, []) if sid is not None else [s for spans in sessions.values() for s in spans]
+        rows += _read_rows(path, wanted)
+    target = _STORAGE if columns is None else pa.schema([_STORAGE.field(name) for name in columns])
+    return pa.Table.from_pylist(rows, schema=target)
+
+
+def sql_string(value: str) -> str:
+    """`value` as an SQL string literal."""
+    return "'" + value.replace("'", "''") + "'"
+
+
+def typed_nulls(column_types: list[tuple[str, str]]) -> str:
+    """`NULL::<type> AS "<column>"` for each column: the SELECT list of a typed empty row set."""
+    return ", ".join(f'NULL::{kind} AS "{name}"' for name, kind in column_types)
+
+
+def log_source(root: Path, column_types: list[tuple[str, str]]) -> str:
+    """A SELECT of the log's whole rows for DuckDB, `filename` included, given each column's SQL type.
+
+    The typed empty row set in the union keeps the columns when no segment exists (DuckDB then
+    reads one column, `empty`, whatever `columns` says)."""
+    types = ", ".join(f"{sql_string(name)}: {sql_string(kind)}" for name, kind in column_types)
+    names = ", ".join(f'"{name}"' for name, _ in column_types)
+    typed = typed_nulls([*column_types, ("filename", "VARCHAR"), ("_end", "INTEGER")])
+    scan = (f"SELECT * FROM read_ndjson({sql_string(log_glob(root))}, columns = {{{types}, '_end': 'INTEGER'}}, "
+            "format = 'newline_delimited', ignore_errors = true, allow_empty = true, filename = true, "
+            f"maximum_object_size = {MAX_LINE_BYTES})")
+    return f"SELECT {names}, filename FROM (SELECT {typed} WHERE false UNION ALL BY NAME {scan}) WHERE _end = 1"
