@@ -32,7 +32,7 @@ from tracetap.capture.redact import DEFAULT, Redactor
 from tracetap.capture.registration import RegistrationError, parse_registration
 from tracetap.capture.sessions import SessionError, bind, harness_ids, labels, split_prefix
 from tracetap.capture.upstream import NO_CHOICES, UpstreamClient, UpstreamError, UpstreamResult
-from tracetap.store.paths import InvalidSessionId, session_dir, validate_session_id
+from tracetap.store import InvalidSessionId, StoreReader, validate_session_id
 
 logger = logging.getLogger("tracetap.gateway")
 
@@ -258,7 +258,7 @@ class GatewayService:
             sid = validate_session_id(route.target)
         except InvalidSessionId as exc:
             raise Reject(400, str(exc)) from None
-        if not session_dir(self.writer.root, "completions", sid).is_dir():
+        if not StoreReader(self.writer.root).recorded(sid):
             raise Reject(404, f"no session {sid!r} in this store", "not_found")
         await asyncio.to_thread(self.writer.close_session, sid)
         self.registered.discard(sid)

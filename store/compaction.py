@@ -1,12 +1,8 @@
 """Merge a session's per-completion files into one part file, never showing readers a row twice.
 
 The design: a part file's name says what it covers. `part-<n>.parquet` holds exactly the rows with
-seq 0..n-1. Readers apply one rule per session directory, using file names only:
-
-    N = the largest n among part files (0 when there is none)
-    visible = part-N  +  per-completion files with seq >= N      (everything else is superseded)
-
-Compaction (under an exclusive lock file, so two compactors never race) takes part-N and the run
+seq 0..n-1, and readers see part-N (the largest) plus the rows with seq >= N (the rule lives in
+store/snapshot.py). Compaction (under an exclusive lock file, so two compactors never race) takes part-N and the run
 of per-completion files with seq N, N+1, ... up to the first gap, writes `part-<k>` atomically (temp
 name, fsync, rename), and only then deletes what it merged. The rename is the single switch: before
 it readers use the old files, after it the new part; a crash between the rename and the deletes
@@ -17,7 +13,8 @@ being written can never be skipped.
 
 One race remains for readers: a query that listed the directory just before the deletes may fail
 to open a deleted file. Deletes go in seq order, oldest part first, and every reader follows
-store/reading.py, which re-runs such a read from a fresh listing that shows the new part.
+store/snapshot.py and store/reading.py, which re-run such a read from a fresh listing that shows the new
+part.
 """
 
 from __future__ import annotations
@@ -29,35 +26,16 @@ from pathlib import Path
 
 import pyarrow as pa
 from tracetap.store.files import fsync_dir, read_parquet, write_parquet_atomic
-from tracetap.store.paths import data_files, loose_seq, part_covered, part_name, session_dir, validate_session_id
+from tracetap.store.paths import classify, part_name, session_dir, validate_session_id
 from tracetap.store.schema import COMPLETIONS
 
 LOCK_NAME = ".compact.lock"
 STALE_TMP_SECONDS = 3600.0
 
 
-def _classify(directory: Path) -> tuple[dict[int, Path], dict[int, Path]]:
-    """(parts by covered count, per-completion files by seq) in one session directory."""
-    parts, loose = {}, {}
-    for path in data_files(directory):
-        if (covered := part_covered(path)) is not None:
-            parts[covered] = path
-        elif (seq := loose_seq(path)) is not None:
-            loose[seq] = path
-    return parts, loose
-
-
-def live_files(directory: Path) -> list[Path]:
-    """The files readers should read for one session directory (the rule in the module doc)."""
-    parts, loose = _classify(directory)
-    covered = max(parts, default=0)
-    head = [parts[covered]] if parts else []
-    return head + [path for seq, path in sorted(loose.items()) if seq >= covered]
-
-
 def next_seq(directory: Path) -> int:
     """The seq the next completion of this session gets: one past the highest on disk."""
-    parts, loose = _classify(directory)
+    parts, loose = classify(directory)
     return max([*parts, *(seq + 1 for seq in loose)], default=0)
 
 
@@ -106,7 +84,7 @@ def compact_dir(directory: Path) -> int:
     if not directory.is_dir():
         return 0
     with _locked(directory):
-        parts, loose = _classify(directory)
+        parts, loose = classify(directory)
         start = max(parts, default=0)
         end = start
         while end in loose:

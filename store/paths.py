@@ -84,13 +84,6 @@ def task_files(root: Path) -> list[Path]:
     return sorted(Path(root, "rollouts").glob("task_id=*/task.json"))
 
 
-def table_glob(root: Path, table: str) -> str:
-    """The glob readers use: only final `*.parquet` names, never temp files (`.x.tmp`)."""
-    if table not in TABLE_DEPTH:
-        raise ValueError(f"unknown table {table!r}; tables: {', '.join(TABLE_DEPTH)}")
-    return str(Path(root, table, *["*"] * TABLE_DEPTH[table], "*.parquet"))
-
-
 def data_files(directory: Path) -> list[Path]:
     """Complete data files in one partition directory (hidden and temp names skipped)."""
     if not directory.is_dir():
@@ -109,3 +102,14 @@ def part_covered(path: Path) -> int | None:
     """How many seqs a part file covers, or None when it is not a part file."""
     match = PART_NAME.match(path.name)
     return int(match.group(1)) if match else None
+
+
+def classify(directory: Path) -> tuple[dict[int, Path], dict[int, Path]]:
+    """(part files by how many seqs they cover, per-completion files by seq) in one session directory."""
+    parts, loose = {}, {}
+    for path in data_files(directory):
+        if (covered := part_covered(path)) is not None:
+            parts[covered] = path
+        elif (seq := loose_seq(path)) is not None:
+            loose[seq] = path
+    return parts, loose

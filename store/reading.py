@@ -1,15 +1,9 @@
-"""How every reader lists and reads the store while a gateway appends to it and compacts it.
+"""How every read survives a gateway appending to the store and compacting it meanwhile.
 
-Compaction (store/compaction.py) renames a part file in, then deletes the files it merged. So a
-reader may list a file that is gone when it opens it, and a listing of a large directory taken while
-compaction runs may miss files (a directory read in several system calls is no snapshot). The rule:
-
-- a completions directory is listed with `session_files`: compaction's visibility rule, checked to
-  cover seqs 0..n-1 without a hole and to show no file deleted since. Compaction deletes in seq order,
-  oldest part first, so a listing that missed a merged file either shows one deleted since or has a
-  hole; it is then taken again. A hole two identical listings agree on is the store's own: read as is.
-- every read runs through `retrying`: a read that lost a file it had listed starts over from a fresh
-  listing, so its answer is the store as of one listing (no row twice, none missing), never a mix.
+Compaction (store/compaction.py) renames a part file in, then deletes the files it merged, so a
+reader may list a file that is gone when it opens it. Every read runs through `retrying`: a read
+that lost a file it had listed starts over from a fresh listing (store/snapshot.py), so its answer
+is the store as of one listing (no row twice, none missing), never a mix.
 """
 
 from __future__ import annotations
@@ -20,19 +14,14 @@ from pathlib import Path
 from typing import TypeVar
 
 import pyarrow as pa
-from tracetap.store.compaction import live_files
 from tracetap.store.files import read_parquet
-from tracetap.store.paths import loose_seq, part_covered
 from tracetap.store.schema import COMPLETIONS
+from tracetap.store.snapshot import session_files
 
 ATTEMPTS = 8
 FIRST_BACKOFF = 0.01  # seconds before the second attempt, doubled for each next one
 
 T = TypeVar("T")
-
-
-class ListingRaced(FileNotFoundError):
-    """A directory kept changing under every listing of it (compaction ran through each one)."""
 
 
 def file_vanished(error: BaseException) -> bool:
@@ -52,31 +41,6 @@ def retrying(read: Callable[[], T], vanished: Callable[[BaseException], bool] = 
     return read()
 
 
-def _without_hole(files: list[Path]) -> bool:
-    """Whether the files cover seqs 0..n-1: the head part (if any) then consecutive per-call files."""
-    start = part_covered(files[0]) if files and part_covered(files[0]) is not None else 0
-    seqs = [seq for seq in map(loose_seq, files) if seq is not None]
-    return seqs == list(range(start, start + len(seqs)))
-
-
-def _settled(files: list[Path]) -> bool:
-    """Whether a listing is whole: nothing it shows was deleted since, and its seqs have no hole."""
-    return all(path.exists() for path in files) and _without_hole(files)
-
-
-def session_files(directory: Path) -> list[Path]:
-    """The files to read for one completions directory, from a listing that did not race compaction."""
-    files = live_files(directory)
-    for _ in range(ATTEMPTS):
-        if _settled(files):
-            return files
-        again = live_files(directory)
-        if again == files:  # a hole in the store itself: read what is there
-            return files
-        files = again
-    raise ListingRaced(f"{directory} changed during each of {ATTEMPTS} listings")
-
-
 def read_session(directory: Path, columns: list[str] | None = None) -> pa.Table:
     """One session's completions (unordered) as of one listing, whatever compaction does meanwhile."""
-    return retrying(lambda: read_parquet(session_files(directory), COMPLETIONS, columns))
+    return retrying(lambda: read_parquet(list(session_files(directory).files), COMPLETIONS, columns))

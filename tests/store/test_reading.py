@@ -19,7 +19,7 @@ from store_rows import completion
 from tracetap.builders.runner import build, load_session
 from tracetap.store import StoreWriter, connect, scan
 from tracetap.store.paths import session_dir
-from tracetap.store.reading import session_files
+from tracetap.store.snapshot import session_files
 
 SESSIONS = [f"r{i}" for i in range(4)]
 BATCH = 12  # completions per session between two compactions
@@ -139,7 +139,7 @@ def test_builder_reads_never_fail_under_compaction(root, churn):
 def test_listing_files_never_misses_or_repeats_rows(root, churn):
     def read() -> list[Key]:
         return [(sid, seq) for sid in SESSIONS
-                for seq in _seqs(session_files(session_dir(root, "completions", sid)))]
+                for seq in _seqs(session_files(session_dir(root, "completions", sid)).files)]
 
     check_reads(churn, read, times=200)
 
@@ -168,5 +168,5 @@ def test_a_hole_in_the_store_itself_is_read_as_it_is(root, writer):
         writer.record_completion(completion("h"))
     directory = session_dir(root, "completions", "h")
     next(directory.glob("00000001-*.parquet")).unlink()
-    assert [path.name[:8] for path in session_files(directory)] == ["00000000", "00000002"]
+    assert [path.name[:8] for path in session_files(directory).files] == ["00000000", "00000002"]
     assert connect(root).execute("SELECT count(*) FROM completions").fetchone() == (2,)
