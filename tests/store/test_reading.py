@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from store_rows import completion
 from tracetap.builders.runner import build, load_session
-from tracetap.store import StoreWriter, connect, scan
+from tracetap.store import StoreReader, StoreWriter, connect, scan
 from tracetap.store.paths import session_dir
 from tracetap.store.snapshot import session_files
 
@@ -134,6 +134,24 @@ def test_builder_reads_never_fail_under_compaction(root, churn):
     check_reads(churn, read)
     for _ in range(3):
         assert build(root, "per_request").sessions == len(SESSIONS)
+
+
+def test_the_reader_api_never_fails_under_compaction(root, churn):
+    reader = StoreReader(root)
+
+    def read() -> list[Key]:
+        tables = reader.completions_of(SESSIONS, ["seq"])
+        seqs = {sid: table["seq"].to_pylist() for sid, table in tables.items()}
+        assert all(listed == sorted(listed) for listed in seqs.values()), "rows out of seq order"
+        return [(sid, seq) for sid, listed in seqs.items() for seq in listed]
+
+    check_reads(churn, read)
+
+
+def test_a_connection_for_some_sessions_reads_them_under_compaction(root, churn):
+    con = connect(root, session_ids=SESSIONS)  # every session named: the churn's checks hold as they are
+    check_reads(churn, lambda: [(sid, seq) for sid, seq in
+                                con.execute("SELECT session_id, seq FROM completions").fetchall()])
 
 
 def test_listing_files_never_misses_or_repeats_rows(root, churn):
