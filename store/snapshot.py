@@ -21,6 +21,7 @@ it runs again from a fresh snapshot (store/reading.py `retrying`).
 
 from __future__ import annotations
 
+import time
 from collections.abc import Collection, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -36,6 +37,8 @@ from tracetap.store.paths import (
 )
 
 LISTINGS = 8  # listings of one directory before giving up on it settling
+FIRST_PAUSE = 0.001  # seconds before listing an unsettled directory again, doubled each time: a
+# compaction's deletes (and their directory fsync) take a few ms, listing at once would see them half done
 PARTITION = "session_id="
 
 
@@ -95,9 +98,10 @@ def _settled(listed: SessionFiles) -> bool:
 def session_files(directory: Path) -> SessionFiles:
     """The files to read for one completions directory, from a listing that did not race compaction."""
     listed = visible(directory)
-    for _ in range(LISTINGS):
+    for attempt in range(LISTINGS):
         if _settled(listed):
             return listed
+        time.sleep(FIRST_PAUSE * 2**attempt)
         again = visible(directory)
         if again == listed:  # a hole in the store itself: read what is there
             return listed
