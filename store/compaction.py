@@ -49,9 +49,9 @@ def _locked(directory: Path):
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
-def _remove(paths: list[Path], directory: Path) -> None:
+def _remove(paths: list[str | Path], directory: Path) -> None:
     for path in paths:
-        path.unlink(missing_ok=True)
+        Path(path).unlink(missing_ok=True)
     if paths:
         fsync_dir(directory)
 
@@ -69,7 +69,7 @@ def _stale_temps(directory: Path) -> list[Path]:
     return stale
 
 
-def _merge(directory: Path, inputs: list[Path], covered: int) -> pa.Table:
+def _merge(directory: Path, inputs: list[str], covered: int) -> pa.Table:
     """The rows of `inputs`, checked to be exactly seqs 0..covered-1 of one session, in order."""
     table = read_parquet(inputs, COMPLETIONS)
     if table.column("seq").to_pylist() != list(range(covered)):
@@ -94,7 +94,7 @@ def compact_dir(directory: Path) -> int:
             inputs = ([parts[start]] if start in parts else []) + [loose[s] for s in range(start, end)]
             write_parquet_atomic(directory / part_name(end), _merge(directory, inputs, end))
             superseded += inputs
-        _remove(superseded + _stale_temps(directory), directory)
+        _remove([*superseded, *_stale_temps(directory)], directory)
     return end - start
 
 

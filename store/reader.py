@@ -10,6 +10,7 @@ token columns stay columnar); small per-session rows (sessions, rewards, tasks) 
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Callable, Collection
 from pathlib import Path
 
@@ -28,10 +29,15 @@ def _ids(session_ids: Collection[str] | None) -> list[str] | None:
     return None if session_ids is None else [validate_session_id(sid) for sid in session_ids]
 
 
-def _of_builder(builder: str) -> Callable[[Path], bool]:
+def _partition(path: str) -> str:
+    """The session id of a data file's `session_id=<sid>` directory."""
+    return os.path.basename(os.path.dirname(path)).removeprefix(PARTITION)
+
+
+def _of_builder(builder: str) -> Callable[[str], bool]:
     """Whether a trajectories file is `builder`'s (`trajectories/builder=<b>/session_id=<sid>/...`)."""
     marker = f"builder={validate_name(builder, 'builder')}"
-    return lambda path: path.parent.parent.name == marker
+    return lambda path: os.path.basename(os.path.dirname(os.path.dirname(path))) == marker
 
 
 class StoreReader:
@@ -42,9 +48,9 @@ class StoreReader:
 
     def session_ids(self) -> list[str]:
         """Ids of the sessions with recorded completions, sorted."""
-        return [path.name.removeprefix(PARTITION) for path in partitions(self.root, "completions")]
+        return [os.path.basename(path).removeprefix(PARTITION) for path in partitions(self.root, "completions")]
 
-    def files(self, table: str) -> list[Path]:
+    def files(self, table: str) -> list[str]:
         """The Parquet files a reader of `table` reads now, for tools that scan them directly."""
         return snapshot(self.root, [table]).files(table)
 
@@ -66,7 +72,7 @@ class StoreReader:
         return retrying(read)
 
     def _table(self, table: str, schema: pa.Schema, session_ids: Collection[str] | None,
-               keep: Callable[[Path], bool] = lambda path: True) -> pa.Table:
+               keep: Callable[[str], bool] = lambda path: True) -> pa.Table:
         """Every file of `table` (of `session_ids` when given) that `keep` accepts, as of one listing."""
         wanted = _ids(session_ids)
 
@@ -93,7 +99,7 @@ class StoreReader:
     def trajectory_session_ids(self, builder: str) -> list[str]:
         """Ids of the sessions with a trajectories file of `builder`, sorted."""
         files = filter(_of_builder(builder), snapshot(self.root, ["trajectories"]).files("trajectories"))
-        return sorted({path.parent.name.removeprefix(PARTITION) for path in files})
+        return sorted(set(map(_partition, files)))
 
     def rewards(self, evaluator: str | None = None, session_ids: Collection[str] | None = None) -> list[dict]:
         """Reward rows (of one evaluator, when given), by session id then creation time."""
@@ -109,7 +115,7 @@ class StoreReader:
 
     def recorded(self, session_id: str) -> bool:
         """Whether the store holds completions of this session (without listing any other)."""
-        return partitions(self.root, "completions", [session_id])[0].is_dir()
+        return os.path.isdir(partitions(self.root, "completions", [session_id])[0])
 
 
 def read_tasks(root: Path | str) -> dict[str, dict]:

@@ -21,6 +21,7 @@ it runs again from a fresh snapshot (store/reading.py `retrying`).
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Collection, Iterable
 from dataclasses import dataclass, field
@@ -51,7 +52,7 @@ class SessionFiles:
     """The completions files a reader reads for one session, from one listing."""
 
     covered: int  # N: the part file holds seqs 0..N-1 (0 without a part file)
-    files: tuple[Path, ...]  # part-N (when there is one), then per-completion files with seq >= N
+    files: tuple[str, ...]  # part-N (when there is one), then per-completion files with seq >= N
 
 
 @dataclass(frozen=True)
@@ -59,10 +60,10 @@ class Snapshot:
     """One listing of the store: per session its completions files, per other table its files."""
 
     completions: dict[str, SessionFiles]  # by session id, sorted
-    tables: dict[str, tuple[Path, ...]]  # sessions, rewards, trajectories: every data file
-    log: tuple[Path, ...] = field(default=())  # group-commit log segments (rows with seq >= covered show)
+    tables: dict[str, tuple[str, ...]]  # sessions, rewards, trajectories: every data file
+    log: tuple[str, ...] = field(default=())  # group-commit log segments (rows with seq >= covered show)
 
-    def files(self, table: str) -> list[Path]:
+    def files(self, table: str) -> list[str]:
         """The Parquet files a reader of `table` reads."""
         if table == "completions":
             return [path for listed in self.completions.values() for path in listed.files]
@@ -75,7 +76,7 @@ class Snapshot:
         return {sid: listed.covered for sid, listed in self.completions.items()}
 
 
-def visible(directory: Path) -> SessionFiles:
+def visible(directory: Path | str) -> SessionFiles:
     """The rule above, on one listing of one completions directory."""
     parts, loose = classify(directory)
     covered = max(parts, default=0)
@@ -83,7 +84,7 @@ def visible(directory: Path) -> SessionFiles:
     return SessionFiles(covered, tuple(head + [path for seq, path in sorted(loose.items()) if seq >= covered]))
 
 
-def _without_hole(files: tuple[Path, ...]) -> bool:
+def _without_hole(files: tuple[str, ...]) -> bool:
     """Whether the files cover seqs 0..n-1: the head part (if any) then consecutive per-call files."""
     start = part_covered(files[0]) if files and part_covered(files[0]) is not None else 0
     seqs = [seq for seq in map(loose_seq, files) if seq is not None]
@@ -92,10 +93,10 @@ def _without_hole(files: tuple[Path, ...]) -> bool:
 
 def _settled(listed: SessionFiles) -> bool:
     """Whether a listing is whole: nothing it shows was deleted since, and its seqs have no hole."""
-    return all(path.exists() for path in listed.files) and _without_hole(listed.files)
+    return all(map(os.path.exists, listed.files)) and _without_hole(listed.files)
 
 
-def session_files(directory: Path) -> SessionFiles:
+def session_files(directory: Path | str) -> SessionFiles:
     """The files to read for one completions directory, from a listing that did not race compaction."""
     listed = visible(directory)
     for attempt in range(LISTINGS):
@@ -109,22 +110,31 @@ def session_files(directory: Path) -> SessionFiles:
     raise ListingRaced(f"{directory} changed during each of {LISTINGS} listings")
 
 
-def partitions(root: Path, table: str, session_ids: Collection[str] | None = None) -> list[Path]:
+def partitions(root: Path | str, table: str, session_ids: Collection[str] | None = None) -> list[str]:
     """The `session_id=<sid>` directories of `table` (all, or those of `session_ids`), sorted."""
     if table not in TABLE_DEPTH:
         raise ValueError(f"unknown table {table!r}; tables: {', '.join(TABLE_DEPTH)}")
-    base = Path(root, table)
-    parents = sorted(base.glob("builder=*")) if table == "trajectories" else [base]
+    base = os.path.join(root, table)
+    parents = [os.path.join(base, name) for name in _names(base, "builder=")] if table == "trajectories" else [base]
     if session_ids is None:
-        return [path for parent in parents for path in sorted(parent.glob(PARTITION + "*"))
-                if SESSION_ID_PATTERN.fullmatch(path.name.removeprefix(PARTITION))]
+        return [f"{parent}/{name}" for parent in parents for name in _names(parent, PARTITION)
+                if SESSION_ID_PATTERN.fullmatch(name.removeprefix(PARTITION))]
     wanted = sorted(map(validate_session_id, session_ids))
-    return [parent / (PARTITION + sid) for parent in parents for sid in wanted]
+    return [f"{parent}/{PARTITION}{sid}" for parent in parents for sid in wanted]
+
+
+def _names(directory: str, prefix: str) -> list[str]:
+    """The sorted entry names in `directory` that start with `prefix` (none when it is missing)."""
+    try:
+        return sorted(name for name in os.listdir(directory) if name.startswith(prefix))
+    except FileNotFoundError:
+        return []
 
 
 def _completions(root: Path, session_ids: Collection[str] | None) -> dict[str, SessionFiles]:
     directories = partitions(root, "completions", session_ids)
-    return {path.name.removeprefix(PARTITION): session_files(path) for path in directories if path.is_dir()}
+    listed = {os.path.basename(path).removeprefix(PARTITION): session_files(path) for path in directories}
+    return {sid: files for sid, files in listed.items() if files.files}
 
 
 def snapshot(root: Path | str, tables: Iterable[str] = tuple(TABLE_DEPTH),

@@ -119,7 +119,7 @@ def test_a_file_that_vanishes_after_the_listing_fails_the_read_instead_of_hiding
 
     con = connect(filled)
     listed = StoreReader(filled).files("completions")
-    gone = listed[0]
+    gone = Path(listed[0])
     data = gone.read_bytes()
     con.refresh = lambda: None  # keep the listing taken before the delete
     gone.unlink()
@@ -133,13 +133,13 @@ def test_a_file_that_vanishes_after_the_listing_fails_the_read_instead_of_hiding
 def test_the_rule_picks_the_highest_part_and_later_per_call_files(filled):
     directory = session_dir(filled, "completions", "a")
     listed = visible(directory)
-    assert [p.name for p in listed.files][0] == "part-2.parquet" and listed.covered == 2
+    assert Path(listed.files[0]).name == "part-2.parquet" and listed.covered == 2
     stale = directory / "00000000-old.parquet"  # a crash between a part's rename and the deletes
     stale.write_bytes((directory / "part-2.parquet").read_bytes())
     assert visible(directory) == listed
     assert snapshot(filled).covered() == {"a": 2, "b": 0} and snapshot(filled).log == ()
     compact_session(filled, "a")
-    assert [p.name for p in visible(directory).files] == ["part-3.parquet"]
+    assert [Path(p).name for p in visible(directory).files] == ["part-3.parquet"]
 
 
 def test_a_stray_internal_import_fails_the_lint_outside_store():
