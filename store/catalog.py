@@ -112,7 +112,7 @@ class _Views:
 
     def refresh(self) -> None:
         listed = snapshot(self.root, TABLES, self.session_ids)
-        files = {table: [str(path) for path in listed.files(table)] for table in TABLES}
+        files = {table: listed.files(table) for table in TABLES}
         for table, paths in files.items():
             if paths:
                 self.con.execute(f"SET VARIABLE {_variable(table)} = $1", [paths])
