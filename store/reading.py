@@ -18,8 +18,8 @@ from tracetap.store.files import read_parquet
 from tracetap.store.schema import COMPLETIONS
 from tracetap.store.snapshot import session_files
 
-ATTEMPTS = 8
-FIRST_BACKOFF = 0.01  # seconds before the second attempt, doubled for each next one
+ATTEMPTS = 10
+FIRST_BACKOFF = 0.002  # seconds before the second attempt, doubled for each next one (~1 s in all)
 
 T = TypeVar("T")
 
