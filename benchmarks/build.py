@@ -31,8 +31,7 @@ from pathlib import Path
 import duckdb
 from synthetic_chat import Shape, session_id, write_sessions
 from tracetap.builders.runner import BUILD_THREADS, build, list_sessions
-from tracetap.store.catalog import table_files
-from tracetap.store.compaction import compact_store
+from tracetap.store import StoreReader, compact_store
 
 KINDS = ("scan", "prefix_merging", "per_request")
 LABELS = {"scan": "DuckDB scan (floor)", "prefix_merging": "prefix_merging", "per_request": "per_request"}
@@ -62,7 +61,7 @@ def _query(sql: str, files: list[str]) -> tuple:
 
 
 def _completion_files(root: Path) -> list[str]:
-    return [str(path) for path in table_files(root, "completions")]
+    return [str(path) for path in StoreReader(root).files("completions")]
 
 
 def measure_here(kind: str, root: Path) -> dict:

@@ -25,11 +25,9 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+import pyarrow as pa
 import pyarrow.parquet as pq
-from tracetap.store import StoreWriter
-from tracetap.store.paths import session_dir
-from tracetap.store.reading import read_session
-from tracetap.store.tables import rows_to_table
+from tracetap.store import TABLES, StoreReader, StoreWriter, session_dir, storage_schema
 
 VOCAB = 150_000
 SAMPLED_SHARE = 0.3
@@ -115,7 +113,7 @@ def measure(first_tokens: int, turns: int, new_tokens: int, seed: int = 0) -> Re
                 start = time.perf_counter()
                 recorded = writer.record_completion(row)
                 times.append(time.perf_counter() - start)
-                full = rows_to_table("completions", [recorded])
+                full = pa.Table.from_pylist([recorded], schema=storage_schema(TABLES["completions"]))
                 full_writer = full_writer or pq.ParquetWriter(full_path, full.schema)
                 full_writer.write_table(full)
             full_writer.close()
@@ -123,7 +121,7 @@ def measure(first_tokens: int, turns: int, new_tokens: int, seed: int = 0) -> Re
         [part] = session_dir(root, "completions", sid).glob("part-*.parquet")
         snappy = Path(tmp, "snappy.parquet")
         pq.write_table(pq.read_table(part), snappy, compression="snappy", use_dictionary=False)
-        assert read_session(part.parent, ["seq"]).num_rows == turns
+        assert StoreReader(root).completions(sid, ["seq"]).num_rows == turns
         floor = 4 * (len(conversation.ids) - new_tokens + int(new_tokens * SAMPLED_SHARE)) \
             + 4 * conversation.logprobs + conversation.text_bytes
         return Result(first_tokens, turns, floor, part.stat().st_size, snappy.stat().st_size,

@@ -29,8 +29,7 @@ from multiprocessing import get_context
 from pathlib import Path
 
 import numpy as np
-from tracetap.store import StoreWriter
-from tracetap.store.paths import session_dir
+from tracetap.store import StoreWriter, session_dir
 
 # Qwen2/3 vocabulary: ids below ORDINARY are text; the rest are special tokens.
 ORDINARY = 151643

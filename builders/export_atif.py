@@ -12,14 +12,14 @@ from __future__ import annotations
 
 import json
 
-import duckdb
+from tracetap.store import StoreReader
 
 SCHEMA_VERSION = "ATIF-v1.4"
-COLUMNS = ", ".join([
+COLUMNS = [
     "completion_id", "seq", "created_at", "finished_at", "api", "requested_model", "served_model", "status",
     "finish_reason", "chat_request_json", "chat_response_json", "prompt_token_ids", "completion_token_ids",
     "logprobs", "prompt_tokens", "completion_tokens", "tool_calls",
-])
+]
 TRACE_KEYS = ("trace_index", "chain_index", "segment_index", "status", "reward", "finish_reason",
               "break_reason", "completion_ids")
 ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "agent"}
@@ -142,10 +142,8 @@ def _walk_trace(steps: _Steps, trace: dict, completions: dict[str, dict], missin
         previous = messages
 
 
-def session_completions(con: duckdb.DuckDBPyConnection, session_id: str) -> dict[str, dict]:
-    rows = con.sql(f"SELECT {COLUMNS} FROM completions WHERE session_id = $sid ORDER BY seq",
-                   params={"sid": session_id}).to_arrow_table().to_pylist()
-    return {row["completion_id"]: row for row in rows}
+def session_completions(reader: StoreReader, session_id: str) -> dict[str, dict]:
+    return {row["completion_id"]: row for row in reader.completions(session_id, COLUMNS).to_pylist()}
 
 
 def atif_document(session: dict, traces: list[dict], completions: dict[str, dict], builder: str,

@@ -11,10 +11,9 @@ from __future__ import annotations
 import json
 
 import pyarrow as pa
-from tracetap.store.files import storage_schema
-from tracetap.store.schema import TRAJECTORIES
+from tracetap.store import TABLES, storage_schema
 
-_T = storage_schema(TRAJECTORIES)
+_T = storage_schema(TABLES["trajectories"])
 _IDS = pa.list_(pa.int32())
 _MASK = pa.list_(pa.int8())
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
-from tracetap.store.files import ensure_dir, fsync_dir
+from tracetap.store import ensure_dir, fsync_dir
 
 ROW_GROUP_ROWS = 1024
 ROW_GROUP_TOKENS = 8_000_000

@@ -14,17 +14,12 @@ from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-import duckdb
 from tracetap.builders import export_rows as rows_
 from tracetap.builders.export_atif import atif_document, session_completions
 from tracetap.builders.export_budget import apply_budget
 from tracetap.builders.export_writers import JsonDirSink, JsonlSink, ParquetSink
 from tracetap.builders.rewards import join_session, load_rewards
-from tracetap.store import connect
-from tracetap.store.catalog import table_files
-from tracetap.store.files import read_parquet
-from tracetap.store.paths import validate_name
-from tracetap.store.schema import TRAJECTORIES
+from tracetap.store import StoreReader, validate_name
 
 FORMATS = ("parquet", "jsonl", "slime", "verl", "atif")
 
@@ -47,26 +42,20 @@ class ExportSummary:
     unrewarded_traces: int = 0
 
 
-def trajectory_sessions(root: Path, builder: str) -> dict[str, list[Path]]:
-    """The builder's trajectory files, grouped by session id, in session order."""
-    marker = f"builder={validate_name(builder, 'builder')}"
-    grouped: dict[str, list[Path]] = {}
-    for path in table_files(root, "trajectories"):
-        if path.parent.parent.name == marker:
-            grouped.setdefault(path.parent.name.removeprefix("session_id="), []).append(path)
-    return dict(sorted(grouped.items()))
+def trajectory_sessions(root: Path | str, builder: str) -> list[str]:
+    """Ids of the sessions with trajectories of `builder`, in session order."""
+    return StoreReader(root).trajectory_session_ids(builder)
 
 
-def _session_info(con: duckdb.DuckDBPyConnection) -> dict[str, dict]:
-    rows = con.execute("SELECT session_id, task_id, harness, metadata_json FROM sessions").fetchall()
+def _session_info(reader: StoreReader, session_ids: list[str]) -> dict[str, dict]:
     info = {}
-    for sid, task_id, harness, metadata_json in rows:
+    for row in reader.sessions(session_ids):
         try:
-            metadata = json.loads(metadata_json or "{}")
+            metadata = json.loads(row["metadata_json"] or "{}")
         except json.JSONDecodeError:
             metadata = {}
         group = metadata.get("group_id") if isinstance(metadata, dict) else None
-        info[sid] = {"session_id": sid, "task_id": task_id, "harness": harness, "group_id": group}
+        info[row["session_id"]] = {**{k: row[k] for k in ("session_id", "task_id", "harness")}, "group_id": group}
     return info
 
 
@@ -93,21 +82,22 @@ class _Rows:
 
 
 class _Atif:
-    def __init__(self, out: Path, force: bool, con, builder: str, evaluator: str | None) -> None:
-        self.sink, self.con, self.builder, self.evaluator = JsonDirSink(out, force), con, builder, evaluator
+    def __init__(self, out: Path, force: bool, reader: StoreReader, builder: str, evaluator: str | None) -> None:
+        self.sink, self.reader, self.builder, self.evaluator = JsonDirSink(out, force), reader, builder, evaluator
 
     def add(self, session: dict, traces: list[dict], rows: list[dict]) -> None:
-        completions = session_completions(self.con, session["session_id"])
+        completions = session_completions(self.reader, session["session_id"])
         self.sink.write_document(session["session_id"],
                                  atif_document(session, traces, completions, self.builder, self.evaluator))
 
 
-def _sessions(con, files: dict[str, list[Path]], evaluator: str | None) -> Iterator[tuple[dict, list]]:
-    """(session info, traces joined with rewards) per session."""
-    infos = _session_info(con)
-    rewards = load_rewards(con, evaluator) if evaluator else {}
-    for sid, paths in files.items():
-        traces = sorted(read_parquet(paths, TRAJECTORIES).to_pylist(), key=lambda t: t["trace_index"])
+def _sessions(reader: StoreReader, builder: str, session_ids: list[str],
+              evaluator: str | None) -> Iterator[tuple[dict, list]]:
+    """(session info, traces joined with rewards) per session, read one session at a time."""
+    infos = _session_info(reader, session_ids)
+    rewards = load_rewards(reader, evaluator) if evaluator else {}
+    for sid in session_ids:
+        traces = reader.trajectories(builder, [sid]).to_pylist()
         info = dict(infos.get(sid) or {"session_id": sid, "task_id": None, "harness": None, "group_id": None})
         info["task_id"] = info["task_id"] or next((t["task_id"] for t in traces if t.get("task_id")), None)
         info["group_id"] = info["group_id"] or info["task_id"] or sid
@@ -144,16 +134,16 @@ def export(root: Path | str, builder: str, fmt: str, out: Path | str, *, max_tok
         raise ExportError("--max-tokens needs a positive number and a token-level format (not atif)")
     if evaluator:
         validate_name(evaluator, "evaluator name")
-    sessions = trajectory_sessions(root, builder)
+    reader = StoreReader(root)
+    sessions = reader.trajectory_session_ids(builder)
     if session_ids is not None:
-        sessions = {sid: files for sid, files in sessions.items() if sid in set(session_ids)}
+        sessions = [sid for sid in sessions if sid in set(session_ids)]
     if not sessions:
         raise ExportError(f"no trajectories of builder {builder!r} in {root}; run `tracetap build` first")
-    con = connect(root)
-    target = _Atif(out, force, con, builder, evaluator) if fmt == "atif" else _Rows(fmt, out, force)
+    target = _Atif(out, force, reader, builder, evaluator) if fmt == "atif" else _Rows(fmt, out, force)
     summary = ExportSummary(fmt, str(out))
     try:
-        for info, traces in _sessions(con, sessions, evaluator):
+        for info, traces in _sessions(reader, builder, sessions, evaluator):
             rows = _fit(summary, [rows_.canonical_row(t, info, evaluator) for t in traces], max_tokens)
             target.add(info, traces, rows)
             summary.sessions += 1

@@ -14,18 +14,12 @@ from __future__ import annotations
 
 import json
 
-import duckdb
+from tracetap.store import StoreReader
 
 
-def load_rewards(con: duckdb.DuckDBPyConnection, evaluator: str) -> dict[str, dict]:
+def load_rewards(reader: StoreReader, evaluator: str) -> dict[str, dict]:
     """Each session's reward row for `evaluator` (the latest when a session was scored twice)."""
-    rows = con.execute(
-        "SELECT session_id, evaluator, reward, trace_rewards, details_json FROM rewards "
-        "WHERE evaluator = $evaluator ORDER BY session_id, created_at",
-        {"evaluator": evaluator},
-    ).fetchall()
-    columns = ("session_id", "evaluator", "reward", "trace_rewards", "details_json")
-    return {row[0]: dict(zip(columns, row, strict=True)) for row in rows}
+    return {row["session_id"]: row for row in reader.rewards(evaluator)}
 
 
 def _details(reward_row: dict) -> dict | None:

@@ -22,12 +22,7 @@ import pyarrow as pa
 from tracetap.builders import per_request, prefix_merging
 from tracetap.builders.base import Builder
 from tracetap.builders.drift import Decode
-from tracetap.store import validate_session_id, write_session_table
-from tracetap.store.compaction import recorded_sessions
-from tracetap.store.files import check_store, read_parquet
-from tracetap.store.paths import session_dir, session_file
-from tracetap.store.reading import read_session
-from tracetap.store.schema import SESSIONS
+from tracetap.store import StoreReader, validate_session_id, write_session_table
 
 READ_COLUMNS = ["session_id", "seq", "completion_id", "task_id", "status", "http_status", "served_model",
                 "prompt_token_ids", "completion_token_ids", "logprobs", "finish_reason", "tool_calls",
@@ -82,7 +77,7 @@ class BuildSummary:
 
 def list_sessions(store_root: Path | str) -> list[str]:
     """Ids of the sessions with recorded completions, sorted."""
-    return recorded_sessions(check_store(store_root))
+    return StoreReader(store_root).session_ids()
 
 
 def _list_column(column: pa.ChunkedArray, dtype) -> list[np.ndarray | None]:
@@ -105,12 +100,11 @@ def table_rows(table: pa.Table) -> list[dict]:
 
 def load_session(store_root: Path | str, session_id: str) -> tuple[list[dict], dict | None]:
     """(the session's completion rows in seq order, its sessions row or None)."""
-    root, sid = Path(store_root), validate_session_id(session_id)
-    table = read_session(session_dir(root, "completions", sid), READ_COLUMNS)
-    path = session_file(root, sid)
-    sessions = read_parquet([path], SESSIONS).to_pylist() if path.exists() else []
-    rows = sorted(table_rows(table), key=lambda row: row["seq"])
-    return rows, sessions[0] if sessions else None
+    return _load(StoreReader(store_root), session_id)
+
+
+def _load(reader: StoreReader, session_id: str) -> tuple[list[dict], dict | None]:
+    return table_rows(reader.completions(session_id, READ_COLUMNS)), reader.session(session_id)
 
 
 def build(store_root: Path | str, builder: str, session_ids: Iterable[str] | None = None,
@@ -126,8 +120,8 @@ def build(store_root: Path | str, builder: str, session_ids: Iterable[str] | Non
         raise ValueError(f"unknown builder {builder!r}; builders: {', '.join(BUILDERS)}")
     if eot_id is not None and (isinstance(eot_id, bool) or not isinstance(eot_id, int) or eot_id < 0):
         raise ValueError(f"end-of-turn id must be a non-negative integer, got {eot_id!r}")
-    root = check_store(store_root)
-    known = list_sessions(root)
+    reader = StoreReader(store_root)
+    known = reader.session_ids()
     wanted = known if session_ids is None else list(dict.fromkeys(map(validate_session_id, session_ids)))
     missing = sorted(set(wanted) - set(known))
     if missing:
@@ -135,7 +129,7 @@ def build(store_root: Path | str, builder: str, session_ids: Iterable[str] | Non
     summary = BuildSummary(builder)
     pool = ThreadPoolExecutor(BUILD_THREADS, thread_name_prefix="tracetap-build")
     try:
-        results = pool.map(partial(_build_session, root, builder, eot_id, decode), wanted)
+        results = pool.map(partial(_build_session, reader, builder, eot_id, decode), wanted)
         for sid, stats in zip(wanted, results, strict=True):
             summary.add(sid, stats)
             if progress is not None:
@@ -145,9 +139,10 @@ def build(store_root: Path | str, builder: str, session_ids: Iterable[str] | Non
     return summary
 
 
-def _build_session(root: Path, builder: str, eot_id: int | None, decode: Decode | None, sid: str) -> dict:
+def _build_session(reader: StoreReader, builder: str, eot_id: int | None, decode: Decode | None,
+                   sid: str) -> dict:
     """Build and write one session's traces; returns its stats."""
-    rows, session = load_session(root, sid)
+    rows, session = _load(reader, sid)
     traces, stats = BUILDERS[builder](rows, eot_id=eot_id, session=session, decode=decode)
-    write_session_table(root, "trajectories", sid, traces, OUTPUT_FILE, builder=builder)
+    write_session_table(reader.root, "trajectories", sid, traces, OUTPUT_FILE, builder=builder)
     return stats

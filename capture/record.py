@@ -20,7 +20,7 @@ from urllib.parse import urlencode
 from tracetap.capture.jsontext import dumps, escape_surrogates
 from tracetap.capture.redact import DEFAULT, Redactor
 from tracetap.capture.upstream import TokenCapture
-from tracetap.store.schema import COMPLETIONS, empty_row
+from tracetap.store import TABLES, empty_row
 
 ANSWERED = ("ok", "degraded")  # statuses whose row carries the upstream's tokens
 _TEXT_COLUMNS = ("path", "error")
@@ -66,7 +66,7 @@ class Call:
 
 def build_row(call: Call, capture_mode: str = "live", redactor: Redactor = DEFAULT) -> dict:
     """The `completions` row for a call; `seq` and `finished_at` are left to the store writer."""
-    row = empty_row(COMPLETIONS)
+    row = empty_row(TABLES["completions"])
     row.update(
         session_id=call.session_id, completion_id=call.completion_id, created_at=call.created_at,
         api=call.api, path=call.path, stream=call.stream, requested_model=call.requested_model,

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 
-from tracetap.store.paths import InvalidSessionId, validate_session_id
+from tracetap.store import InvalidSessionId, validate_session_id
 
 FIELDS = ("session_id", "task_id", "harness", "metadata")
 MAX_LABEL = 256

@@ -45,10 +45,7 @@ from tracetap.capture.upstream import (
     parse_chat_response,
     with_token_flags,
 )
-from tracetap.store import connect
-from tracetap.store.files import check_store
-from tracetap.store.paths import session_dir, validate_session_id
-from tracetap.store.reading import read_session
+from tracetap.store import StoreReader, validate_session_id
 
 logger = logging.getLogger("tracetap.gateway")
 
@@ -109,17 +106,17 @@ class RecordedStore:
     """The store replayed from, read-only."""
 
     def __init__(self, root: Path | str):
-        self.root = check_store(root)
+        self.reader = StoreReader(root)
 
     def served_models(self) -> list[str]:
         """Served model names of the recorded calls, most used first."""
         sql = ("SELECT served_model FROM completions WHERE served_model IS NOT NULL "
                "GROUP BY served_model ORDER BY count(*) DESC, served_model")
-        return [name for (name,) in connect(self.root).execute(sql).fetchall()]
+        return [name for (name,) in self.reader.connect().execute(sql).fetchall()]
 
     def session_table(self, session_id: str) -> pa.Table:
         """Every recorded completion of one session, in seq order (empty when it has none)."""
-        return read_session(session_dir(self.root, "completions", session_id)).sort_by("seq")
+        return self.reader.completions(session_id)
 
 
 class ReplayUpstream:

@@ -32,7 +32,7 @@ from tracetap.capture.redact import DEFAULT, Redactor
 from tracetap.capture.registration import RegistrationError, parse_registration
 from tracetap.capture.sessions import SessionError, bind, harness_ids, labels, split_prefix
 from tracetap.capture.upstream import NO_CHOICES, UpstreamClient, UpstreamError, UpstreamResult
-from tracetap.store.paths import InvalidSessionId, validate_session_id
+from tracetap.store import InvalidSessionId, validate_session_id
 
 logger = logging.getLogger("tracetap.gateway")
 

@@ -25,7 +25,7 @@ from collections.abc import Container, Mapping
 from dataclasses import dataclass
 from urllib.parse import unquote
 
-from tracetap.store.paths import InvalidSessionId, validate_session_id
+from tracetap.store import InvalidSessionId, validate_session_id
 
 DEFAULT_SESSION = "default"
 SESSION_HEADER = "x-tracetap-session"

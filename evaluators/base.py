@@ -16,7 +16,7 @@ from numbers import Real
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from tracetap.store.paths import validate_name
+from tracetap.store import validate_name
 
 if TYPE_CHECKING:
     from tracetap.evaluators.runtime import EvalRuntime

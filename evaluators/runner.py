@@ -15,10 +15,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import duckdb
 from tracetap.evaluators.base import EvalInput, EvalResult, EvaluatorError, create, evaluator_name
 from tracetap.evaluators.runtime import EvalRuntime
-from tracetap.store import connect, validate_session_id, write_session_table
+from tracetap.store import StoreReader, validate_session_id, write_session_table
 
 DEFAULT_BUILDER = "prefix_merging"
 
@@ -46,13 +45,9 @@ class SessionScore:
     path: Path
 
 
-def _rows(con: duckdb.DuckDBPyConnection, sql: str, params: dict) -> list[dict]:
-    return con.sql(sql, params=params).to_arrow_table().to_pylist()
-
-
-def session_rows(con: duckdb.DuckDBPyConnection, session_ids: list[str] | None) -> list[dict]:
+def session_rows(reader: StoreReader, session_ids: list[str] | None) -> list[dict]:
     """Session rows to score (all, or the given ids; an unknown id is an error)."""
-    sessions = _rows(con, "SELECT * FROM sessions ORDER BY session_id", {})
+    sessions = reader.sessions(session_ids)
     if session_ids is None:
         return sessions
     known = {row["session_id"]: row for row in sessions}
@@ -75,12 +70,9 @@ def workspace_for(session: dict, workspace_root: Path | None) -> Path | None:
     return Path(workspace) if isinstance(workspace, str) and workspace else None
 
 
-def session_data(con: duckdb.DuckDBPyConnection, sid: str, builder: str) -> tuple[list[dict], list[dict]]:
+def session_data(reader: StoreReader, sid: str, builder: str) -> tuple[list[dict], list[dict]]:
     """(completion rows by seq, trajectory rows of `builder` by trace_index) of one session."""
-    completions = _rows(con, "SELECT * FROM completions WHERE session_id = $sid ORDER BY seq", {"sid": sid})
-    trajectory = _rows(con, "SELECT * FROM trajectories WHERE session_id = $sid AND builder = $builder "
-                            "ORDER BY trace_index", {"sid": sid, "builder": builder})
-    return completions, trajectory
+    return reader.completions(sid).to_pylist(), reader.trajectories(builder, [sid]).to_pylist()
 
 
 def _run(evaluator, inp: EvalInput) -> tuple[EvalResult | None, str | None]:
@@ -105,11 +97,11 @@ class EvaluationJob:
         self.name = evaluator_name(type(self.evaluator))
         self.config = self.evaluator.check_config(config)  # bad config fails before any session runs
         self.builder, self.workspace_root, self.timeout, self.tools = builder, workspace_root, timeout, tools
-        self.con = connect(self.root)
-        self.sessions = session_rows(self.con, session_ids)
+        self.reader = StoreReader(self.root)
+        self.sessions = session_rows(self.reader, session_ids)
 
     def eval_input(self, session: dict) -> EvalInput:
-        completions, trajectory = session_data(self.con, session["session_id"], self.builder)
+        completions, trajectory = session_data(self.reader, session["session_id"], self.builder)
         return EvalInput(session_id=session["session_id"], task_id=session.get("task_id"),
                          workspace=workspace_for(session, self.workspace_root), trajectory=trajectory,
                          completions=completions, timeout_seconds=self.timeout, config=self.config,

@@ -162,7 +162,7 @@ def load_session_view(store_root: Path | str, session_id: str, decode_token: Cal
     sid = validate_session_id(session_id)
     if builder is not None and builder not in BUILDER_ORDER:
         raise ValueError(f"unknown builder {builder!r}; builders: {', '.join(BUILDER_ORDER)}")
-    con = connect(store_root)
+    con = connect(store_root, session_ids=[sid])  # lists this session only, whatever the store holds
     rows = _rows(con, f"SELECT {TURN_COLUMNS} FROM completions WHERE session_id = ? ORDER BY seq", [sid])
     if not rows:
         raise SessionNotFound(f"no session {sid!r} in store {store_root} (`tracetap sessions` lists them)")

@@ -14,7 +14,7 @@ from enum import StrEnum
 from typing import Any, Literal
 
 from pydantic import AnyHttpUrl, BaseModel, ConfigDict, Field, field_validator, model_validator
-from tracetap.store.paths import validate_name
+from tracetap.store import validate_name
 
 SESSION_PREFIX = "sk-tap-"
 

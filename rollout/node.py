@@ -33,7 +33,7 @@ from tracetap.rollout.node_api import NodeStats
 from tracetap.rollout.runtimes import NodeRuntimes, RuntimeUnavailable
 from tracetap.rollout.runtimes.base import ExecResult, Runtime
 from tracetap.rollout.session_run import SessionRun, Stage, StageFailure
-from tracetap.store.paths import validate_session_id
+from tracetap.store import validate_session_id
 
 logger = logging.getLogger("tracetap.rollout.node")
 

@@ -14,10 +14,7 @@ from tracetap.builders.rewards import add_metadata, join_session
 from tracetap.builders.runner import OUTPUT_FILE, build
 from tracetap.evaluators.runner import NO_TOOLS, SessionScore, SessionTools, evaluate_store
 from tracetap.rollout.models import EvaluatorSpec
-from tracetap.store.files import read_parquet
-from tracetap.store.paths import session_dir, session_file
-from tracetap.store.schema import REWARDS, SESSIONS, TRAJECTORIES
-from tracetap.store.tables import write_session_table
+from tracetap.store import StoreReader, write_session_table
 
 
 def build_session(store: Path, session_id: str, builder: str) -> int:
@@ -27,9 +24,8 @@ def build_session(store: Path, session_id: str, builder: str) -> int:
 
 def token_totals(store: Path, session_id: str) -> tuple[int, int]:
     """(prompt, sampled) tokens over the session's ok calls, from its sessions row."""
-    path = session_file(store, session_id)
-    rows = read_parquet([path], SESSIONS, ["prompt_tokens", "completion_tokens"]).to_pylist() if path.exists() else []
-    return (rows[0]["prompt_tokens"] or 0, rows[0]["completion_tokens"] or 0) if rows else (0, 0)
+    row = StoreReader(store).session(session_id)
+    return (row["prompt_tokens"] or 0, row["completion_tokens"] or 0) if row else (0, 0)
 
 
 def score_session(store: Path, session_id: str, builder: str, evaluator: EvaluatorSpec,
@@ -40,20 +36,15 @@ def score_session(store: Path, session_id: str, builder: str, evaluator: Evaluat
     return score
 
 
-def _traces(store: Path, session_id: str, builder: str) -> tuple[Path, list[dict]]:
-    path = session_dir(store, "trajectories", session_id, builder) / OUTPUT_FILE
-    rows = read_parquet([path], TRAJECTORIES).to_pylist() if path.exists() else []
-    return path, sorted(rows, key=lambda row: row["trace_index"])
-
-
 def finish_traces(store: Path, session_id: str, builder: str, score: SessionScore | None,
                   rollout: dict) -> None:
     """Rewrite the session's traces with the reward joined (when scored) and `rollout` in their metadata."""
-    path, traces = _traces(store, session_id, builder)
-    if not path.exists():
+    reader = StoreReader(store)
+    traces = reader.trajectories(builder, [session_id]).to_pylist()
+    if not traces:  # not built, or built without a trace: nothing to label
         return
-    if score is not None:
-        [reward_row] = read_parquet([score.path], REWARDS).to_pylist()
+    if score is not None:  # the evaluator's row is `rewards/session_id=<sid>/<evaluator>.parquet`
+        [reward_row] = reader.rewards(score.path.stem, [session_id])
         traces = join_session(traces, reward_row, reward_row["evaluator"])
     labelled = [{**row, "metadata_json": add_metadata(row.get("metadata_json"), rollout=rollout)} for row in traces]
     write_session_table(store, "trajectories", session_id, labelled, OUTPUT_FILE, builder=builder)

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from tracetap.rollout.models import TaskRequest, TaskResult
-from tracetap.store.paths import task_file
+from tracetap.store import task_file
 
 
 def from_reference(body: Any) -> TaskRequest:

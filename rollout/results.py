@@ -11,8 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tracetap.rollout.models import TaskRequest, TaskResult
-from tracetap.store.files import write_text_atomic
-from tracetap.store.paths import task_file, task_files
+from tracetap.store import read_tasks, task_file, write_text_atomic
 
 
 @dataclass
@@ -34,8 +33,7 @@ class ResultStore:
     def load_all(self) -> dict[str, TaskRecord]:
         """Every task this store has seen, by task id (a restarted server answers for them)."""
         records = {}
-        for path in task_files(self.root):
-            body = json.loads(path.read_text())
+        for body in read_tasks(self.root).values():
             record = TaskRecord(TaskRequest.model_validate(body["request"]),
                                 TaskResult.model_validate(body["result"]))
             records[record.request.task_id] = record

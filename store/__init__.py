@@ -1,25 +1,48 @@
 """The tracetap store: Parquet files partitioned by session, a durable writer, DuckDB/Polars readers.
 
-`import store` stays cheap for the gateway: duckdb and polars load only when a reader is used.
+This is the store's public surface: code outside `store/` imports from here only (a ruff rule,
+TID251, bans its internal modules elsewhere). `import store` stays cheap for the gateway: duckdb and
+polars load only when a reader is used.
 """
 
-from tracetap.store.catalog import connect, scan
-from tracetap.store.files import StoreError
+from tracetap.store.catalog import VIEW_COLUMNS, connect, scan
+from tracetap.store.compaction import compact_session, compact_store
+from tracetap.store.connection import StoreConnection
+from tracetap.store.files import StoreError, check_store, ensure_dir, fsync_dir, storage_schema, write_text_atomic
 from tracetap.store.migrate import Migration, migrate_store
-from tracetap.store.paths import InvalidSessionId, validate_session_id
-from tracetap.store.schema import SCHEMA_VERSION
+from tracetap.store.paths import InvalidSessionId, session_dir, task_file, validate_name, validate_session_id
+from tracetap.store.reader import StoreReader, read_task, read_tasks
+from tracetap.store.schema import SCHEMA_VERSION, TABLES, describe, empty_row
 from tracetap.store.tables import write_session_table
 from tracetap.store.writer import StoreWriter
 
 __all__ = [
     "SCHEMA_VERSION",
+    "TABLES",
+    "VIEW_COLUMNS",
     "InvalidSessionId",
     "Migration",
+    "StoreConnection",
     "StoreError",
+    "StoreReader",
     "StoreWriter",
+    "check_store",
+    "compact_session",
+    "compact_store",
     "connect",
+    "describe",
+    "empty_row",
+    "ensure_dir",
+    "fsync_dir",
+    "read_task",
     "migrate_store",
+    "read_tasks",
     "scan",
+    "session_dir",
+    "storage_schema",
+    "task_file",
+    "validate_name",
     "validate_session_id",
     "write_session_table",
+    "write_text_atomic",
 ]

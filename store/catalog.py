@@ -1,15 +1,18 @@
-"""Read the store: DuckDB views for SQL, Polars LazyFrames for notebooks; no data is copied to disk.
+"""Read the store: DuckDB views for SQL, Polars LazyFrames for notebooks; no data is copied.
 
-Views are defined over globs, which DuckDB expands again at every query, so a connection sees files
-written after `connect()`. Each view unions a typed empty row set, so tables with no files yet are
+Views read explicit file lists: before every statement the connection takes a fresh snapshot of the
+store (store/snapshot.py, the one visibility rule) and hands each table's files to DuckDB as a
+variable (`SET VARIABLE tracetap_<table>`), so a connection sees files written after `connect()` and
+never a superseded file. Each view unions a typed empty row set, so tables with no files yet are
 empty views with the schema's columns and types. Files are read without hive partition inference:
-`session_id` (and `builder`) are real columns inside every file. The completions view applies the
-compaction visibility rule (see store/compaction.py) within one directory listing, so a query never
-sees a superseded file's rows twice; it includes the group-commit log's rows (store/log_reading.py),
-whose segments DuckDB lists again at every query too. Views have no defined row order: use ORDER BY
-session_id, seq. Completions files and log lines hold the compact form (store/compact_form.py): the view
-expands it in SQL (`_expanded`), and the Polars scan of completions goes through the Python reader, which
-expands it (store/expansion.py), so both show `prompt_token_ids`, `request_json` and `chat_request_json` whole.
+`session_id` (and `builder`) are real columns inside every file. A connection may be limited to some
+sessions (`session_ids`): its statements then list only their partitions, whatever the store's size.
+The completions view includes the group-commit log's rows (store/log_reading.py) of the snapshot's
+segments, those with seq >= their session's covered N (passed as `tracetap_covered`). Completions
+files and log lines hold the compact form (store/compact_form.py): the view expands it in SQL
+(`_expanded`), and the Polars scan of completions goes through the Python reader (store/reading.py),
+so both show `prompt_token_ids`, `request_json` and `chat_request_json` whole.
+Views have no defined row order: use ORDER BY session_id, seq.
 
 The completions view also carries each call's thread (VIEW_COLUMNS): its `chain_index`, read from the
 `prefix_merging` trajectories when they are built (the chain of the trace that holds the call, or
@@ -20,25 +23,23 @@ Reads follow store/reading.py: a statement or scan that loses a file to compacti
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from functools import partial
+from collections.abc import Callable, Collection
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from tracetap.store.compact_form import BODIES, PLACEHOLDER, refs_column, template_column
-from tracetap.store.compaction import recorded_sessions
 from tracetap.store.connection import StoreConnection, duckdb_vanished
 from tracetap.store.files import storage_schema
 from tracetap.store.log_reading import log_source, sql_string, typed_nulls
-from tracetap.store.paths import TABLE_DEPTH, data_files, session_dir, table_glob
-from tracetap.store.reading import read_session, retrying, session_files
+from tracetap.store.paths import validate_session_id
+from tracetap.store.reading import read_completions, retrying
 from tracetap.store.schema import STORED_TABLES, TABLES
+from tracetap.store.snapshot import Snapshot, snapshot
 
 if TYPE_CHECKING:
     import duckdb
     import polars
 
-PART_NUMBER = r"/part-([0-9]+)\.parquet$"
 THREAD_BUILDER = "prefix_merging"
 VIEW_COLUMNS = {"completions": (
     ("chain_index", "int32", f"chain of the call in the `{THREAD_BUILDER}` traces (null until built)"),
@@ -48,39 +49,49 @@ VIEW_COLUMNS = {"completions": (
 # tables that gained a column since schema version 1: their files are matched by column name (older
 # files read it as NULL), which costs a schema read per file, so only where needed
 GREW_COLUMNS = ("sessions", "completions")
+LOG = "log"  # the pseudo-table of log segments in the set of sources without files
 
 
 def _column_types(con: duckdb.DuckDBPyConnection, table: str) -> list[tuple[str, str]]:
-    """(column, DuckDB type) of every column of `table`, as DuckDB reads the storage schema."""
+    """(column, DuckDB type) of every stored column of `table`, as DuckDB reads the storage schema."""
     empty = con.from_arrow(storage_schema(STORED_TABLES[table]).empty_table())
     return [(name, str(kind)) for name, kind in zip(empty.columns, empty.types, strict=True)]
 
 
 def _typed_empty(con: duckdb.DuckDBPyConnection, table: str) -> str:
-    """A SELECT with every column of `table` (and `filename`), typed, returning no rows."""
-    return f"SELECT {typed_nulls([*_column_types(con, table), ('filename', 'VARCHAR')])} WHERE false"
+    """A SELECT with every stored column of `table`, typed, returning no rows."""
+    return f"SELECT {typed_nulls(_column_types(con, table))} WHERE false"
 
 
-def _source(con: duckdb.DuckDBPyConnection, root: Path, table: str) -> str:
+def _variable(table: str) -> str:
+    return f"tracetap_{table}"
+
+
+def _logged(con: duckdb.DuckDBPyConnection, empty: frozenset[str]) -> str:
+    """The log rows the rule shows: the snapshot's segments, seq >= the session's covered N."""
+    if LOG in empty:
+        return ""
+    rows = log_source(f"getvariable('{_variable(LOG)}')", _column_types(con, "completions"))
+    covered = f"coalesce(getvariable('{_variable('covered')}')[session_id], 0)"
+    shown = f"getvariable('{_variable('shown_sessions')}')"
+    return (f" UNION ALL BY NAME SELECT * EXCLUDE (filename) FROM ({rows}) WHERE seq >= {covered} "
+            f"AND ({shown} IS NULL OR list_contains({shown}, session_id))")
+
+
+def _source(con: duckdb.DuckDBPyConnection, table: str, empty: frozenset[str]) -> str:
+    """`table`'s stored rows: its typed empty select, plus the files its variable lists (unless it has
+    none), plus for completions the visible log rows."""
+    logged = _logged(con, empty) if table == "completions" else ""
+    if table in empty:
+        return _typed_empty(con, table) + logged
     by_name = "true" if table in GREW_COLUMNS else "false"
-    scan = (f"SELECT * FROM read_parquet({sql_string(table_glob(root, table))}, filename = true, "
-            f"hive_partitioning = false, union_by_name = {by_name}, allow_empty = true)")
-    # the log is listed first: a segment is deleted only after the parts that cover it are in place
-    logged = f" UNION ALL BY NAME {log_source(root, _column_types(con, table))}" if table == "completions" else ""
-    return f"SELECT * FROM ({_typed_empty(con, table)}){logged} UNION ALL BY NAME {scan}"
+    scan = (f"SELECT * FROM read_parquet(getvariable('{_variable(table)}'), hive_partitioning = false, "
+            f"union_by_name = {by_name})")
+    return f"SELECT * FROM ({_typed_empty(con, table)}) UNION ALL BY NAME {scan}{logged}"
 
 
 def _columns(table: str, tables: dict = TABLES) -> str:
     return ", ".join(f'"{name}"' for name in tables[table].names)
-
-
-def _visible_completions(con: duckdb.DuckDBPyConnection, root: Path) -> str:
-    # N = highest part per session; visible: part-N and per-completion files and log rows with seq >= N
-    part = f"TRY_CAST(regexp_extract(filename, '{PART_NUMBER}', 1) AS BIGINT)"
-    numbered = f"SELECT *, {part} AS _part FROM ({_source(con, root, 'completions')})"
-    windowed = f"SELECT *, max(_part) OVER (PARTITION BY session_id) AS _covered FROM ({numbered})"
-    return (f"SELECT {_columns('completions', STORED_TABLES)} FROM ({windowed}) "
-            "WHERE CASE WHEN _part IS NULL THEN seq >= coalesce(_covered, 0) ELSE _part = _covered END")
 
 
 def _body_texts(body: str) -> str:
@@ -121,62 +132,90 @@ def _expanded(visible: str) -> str:
             "FROM visible v LEFT JOIN prompts p ON v.session_id = p.session_id AND v.seq = p.seq" + joins)
 
 
-def _threads(con: duckdb.DuckDBPyConnection, root: Path) -> str:
+def _threads(con: duckdb.DuckDBPyConnection, empty: frozenset[str]) -> str:
     """(session_id, completion_id, chain_index) for every call a thread-building trace holds or retried."""
     retried = "CAST(json_extract_string(metadata_json, '$.trace.retried_completion_ids[*]') AS VARCHAR[])"
     calls = (f"SELECT session_id, chain_index, unnest(list_concat(completion_ids, coalesce({retried}, []))) "
-             f"AS completion_id FROM ({_source(con, root, 'trajectories')}) "
+             f"AS completion_id FROM ({_source(con, 'trajectories', empty)}) "
              f"WHERE builder = {sql_string(THREAD_BUILDER)}")
     return f"SELECT session_id, completion_id, min(chain_index) AS chain_index FROM ({calls}) GROUP BY ALL"
 
 
-def _completions_sql(con: duckdb.DuckDBPyConnection, root: Path) -> str:
+def _completions_sql(con: duckdb.DuckDBPyConnection, empty: frozenset[str]) -> str:
     tools = "json_array_length(chat_request_json, '$.tools') > 0"
     offers_tools = f"CASE WHEN chat_request_json IS NULL THEN NULL ELSE coalesce({tools}, false) END"
-    with_tools = f"SELECT *, {offers_tools} AS _tools FROM ({_expanded(_visible_completions(con, root))})"
+    stored = f"SELECT {_columns('completions', STORED_TABLES)} FROM ({_source(con, 'completions', empty)})"
+    with_tools = f"SELECT *, {offers_tools} AS _tools FROM ({_expanded(stored)})"
     return (f"SELECT c.{_columns('completions').replace(', ', ', c.')}, t.chain_index::INTEGER AS chain_index, "
             "NOT c._tools AND bool_or(c._tools) OVER (PARTITION BY c.session_id) AS side_call "
-            f"FROM ({with_tools}) c LEFT JOIN ({_threads(con, root)}) t "
+            f"FROM ({with_tools}) c LEFT JOIN ({_threads(con, empty)}) t "
             "ON c.session_id = t.session_id AND c.completion_id = t.completion_id")
 
 
-def _view_sql(con: duckdb.DuckDBPyConnection, root: Path, table: str) -> str:
+def _view_sql(con: duckdb.DuckDBPyConnection, table: str, empty: frozenset[str]) -> str:
     if table == "completions":
-        return _completions_sql(con, root)
-    return f"SELECT {_columns(table)} FROM ({_source(con, root, table)})"
+        return _completions_sql(con, empty)
+    return f"SELECT {_columns(table)} FROM ({_source(con, table, empty)})"
 
 
-def connect(root: Path | str, decode: Callable[[list[int]], str] | None = None) -> StoreConnection:
+class _Views:
+    """One connection's views, pointed before every statement at the files of a fresh snapshot.
+
+    DuckDB reads no empty file list, and with `allow_empty` it would skip a listed file that vanished
+    instead of failing (and so being retried): a table without files gets a view over no file at all,
+    and the views are made again whenever the set of tables without files changes.
+    """
+
+    def __init__(self, con: duckdb.DuckDBPyConnection, root: Path, session_ids: list[str] | None) -> None:
+        self.con, self.root, self.session_ids = con, root, session_ids
+        self.empty: frozenset[str] | None = None  # the tables without files the views were made for
+
+    def refresh(self) -> None:
+        listed = snapshot(self.root, TABLES, self.session_ids)
+        files = {table: listed.files(table) for table in TABLES}
+        for table, paths in files.items():
+            if paths:
+                self.con.execute(f"SET VARIABLE {_variable(table)} = $1", [paths])
+        self._set_log(listed)
+        empty = frozenset(table for table, paths in [*files.items(), (LOG, listed.log)] if not paths)
+        if empty != self.empty:  # making a view reads its files' schemas: a vanished one fails it, retried
+            self.con.execute("; ".join(f"CREATE OR REPLACE VIEW {table} AS {_view_sql(self.con, table, empty)}"
+                                       for table in TABLES))
+            self.empty = empty
+
+    def _set_log(self, listed: Snapshot) -> None:
+        """The log segments, each session's covered N and the sessions the view shows (NULL: all)."""
+        covered = {sid: n for sid, n in listed.covered().items() if n}
+        self.con.execute(f"SET VARIABLE {_variable('covered')} = MAP($1::VARCHAR[], $2::INTEGER[])",
+                         [list(covered), list(covered.values())])
+        self.con.execute(f"SET VARIABLE {_variable('shown_sessions')} = $1::VARCHAR[]", [self.session_ids])
+        if listed.log:
+            self.con.execute(f"SET VARIABLE {_variable(LOG)} = $1", [list(listed.log)])
+
+
+def connect(root: Path | str, decode: Callable[[list[int]], str] | None = None,
+            session_ids: Collection[str] | None = None) -> StoreConnection:
     """An in-memory DuckDB connection with views `completions, sessions, rewards, trajectories`.
 
     With `decode`, the SQL function `decode(ids INTEGER[]) -> VARCHAR` calls it (NULL for NULL).
+    With `session_ids`, the views hold those sessions only (and list nothing else).
     """
     import duckdb
 
     root = Path(root)
     if not root.is_dir():
         raise FileNotFoundError(f"store {root} does not exist")
+    wanted = None if session_ids is None else [validate_session_id(sid) for sid in session_ids]
     con = duckdb.connect(":memory:")
     con.execute("SET TimeZone = 'UTC'")  # the store's timestamps are UTC; show them so
     # Session, reward and trajectory files are replaced under the same name (temp + rename): a block cache
     # keyed by path could hand a reader pieces of the file it replaced.
     con.execute("SET enable_external_file_cache = false")
-    for table in TABLES:  # creating a view reads its files' schemas: compaction may move them
-        sql = f"CREATE OR REPLACE VIEW {table} AS {_view_sql(con, root.resolve(), table)}"
-        retrying(partial(con.execute, sql), duckdb_vanished)
+    views = _Views(con, root.resolve(), wanted)
+    retrying(views.refresh, duckdb_vanished)
     if decode is not None:
         con.create_function("decode", lambda ids: decode(list(ids)), ["INTEGER[]"], "VARCHAR")
-    return StoreConnection(con)
-
-
-def table_files(root: Path | str, table: str) -> list[Path]:
-    """The files a reader of `table` should read right now (superseded completions files left out)."""
-    root = Path(root)
-    if table not in TABLE_DEPTH:
-        raise ValueError(f"unknown table {table!r}; tables: {', '.join(TABLE_DEPTH)}")
-    directories = sorted(Path(root, table).glob("/".join(["*"] * TABLE_DEPTH[table])))
-    pick = session_files if table == "completions" else data_files
-    return [path for directory in directories for path in pick(directory)]
+    return StoreConnection(con, views.refresh)
 
 
 def scan(root: Path | str, table: str) -> polars.LazyFrame:
@@ -197,14 +236,13 @@ def scan(root: Path | str, table: str) -> polars.LazyFrame:
 
 def _completions_frame(root: Path, schema: polars.Schema, with_columns: list[str] | None,
                        predicate: polars.Expr | None) -> polars.LazyFrame:
-    """Completions read through the Python reader, which expands the compact form, session by session."""
+    """Completions through the Python reader (store/reading.py), which expands the compact form."""
     import polars
 
     wanted = list(schema) if with_columns is None else list(with_columns)
     if predicate is not None:
         wanted += [name for name in predicate.meta.root_names() if name not in wanted]
-    directories = [session_dir(root, "completions", sid) for sid in recorded_sessions(root)]
-    frames = [polars.from_arrow(read_session(directory, wanted)) for directory in directories]
+    frames = [polars.from_arrow(table) for table in read_completions(root, None, wanted).values()]
     return polars.concat(frames).lazy() if frames else polars.LazyFrame(schema={n: schema[n] for n in wanted})
 
 
@@ -216,7 +254,7 @@ def _collect(root: Path, table: str, schema: polars.Schema, with_columns: list[s
     if table == "completions":
         frame = _completions_frame(root, schema, with_columns, predicate)
     else:
-        files = table_files(root, table)
+        files = snapshot(root, [table]).files(table)
         frame = (polars.scan_parquet(files, schema=schema, hive_partitioning=False, missing_columns="insert")
                  if files else polars.LazyFrame(schema=schema))
     if predicate is not None:

@@ -1,12 +1,8 @@
 """Merge a session's per-completion files into one part file, never showing readers a row twice.
 
 The design: a part file's name says what it covers. `part-<n>.parquet` holds exactly the rows with
-seq 0..n-1. Readers apply one rule per session directory, using file names only:
-
-    N = the largest n among part files (0 when there is none)
-    visible = part-N  +  per-completion files with seq >= N      (everything else is superseded)
-
-Rows in the group-commit log (store/commit_log.py) count as per-completion files: a session's log
+seq 0..n-1, and readers see part-N (the largest) plus the rows with seq >= N (the rule lives in
+store/snapshot.py). Rows in the group-commit log (store/commit_log.py) count as per-completion files: a session's log
 rows with seq >= N are visible, and compaction merges them like files; the writer deletes a log
 segment once parts cover every row in it.
 
@@ -27,6 +23,7 @@ store/reading.py, which re-runs such a read from a fresh listing that shows the 
 from __future__ import annotations
 
 import fcntl
+import os
 import time
 from collections.abc import Callable
 from contextlib import contextmanager
@@ -38,37 +35,19 @@ from tracetap.store.files import ensure_dir, fsync_dir, read_parquet, write_parq
 from tracetap.store.log_reading import log_rows, log_seqs, logged_sessions
 from tracetap.store.paths import (
     SESSION_ID_PATTERN,
+    classify,
     data_files,
-    loose_seq,
     part_covered,
     part_name,
     session_dir,
     validate_session_id,
 )
 from tracetap.store.schema import STORED_COMPLETIONS
+from tracetap.store.snapshot import visible
 
 LOCK_NAME = ".compact.lock"
 PART_COMPRESSION = "zstd"  # parts hold a session's repeated JSON templates: smaller than snappy (store_size.py)
 STALE_TMP_SECONDS = 3600.0
-
-
-def _classify(directory: Path) -> tuple[dict[int, Path], dict[int, Path]]:
-    """(parts by covered count, per-completion files by seq) in one session directory."""
-    parts, loose = {}, {}
-    for path in data_files(directory):
-        if (covered := part_covered(path)) is not None:
-            parts[covered] = path
-        elif (seq := loose_seq(path)) is not None:
-            loose[seq] = path
-    return parts, loose
-
-
-def live_files(directory: Path) -> list[Path]:
-    """The files readers should read for one session directory (the rule in the module doc)."""
-    parts, loose = _classify(directory)
-    covered = max(parts, default=0)
-    head = [parts[covered]] if parts else []
-    return head + [path for seq, path in sorted(loose.items()) if seq >= covered]
 
 
 def _logged(directory: Path) -> pa.Table:
@@ -78,12 +57,12 @@ def _logged(directory: Path) -> pa.Table:
 
 def covered(directory: Path) -> int:
     """How many seqs (0..n-1) the session's parts cover."""
-    return max(_classify(directory)[0], default=0)
+    return max(classify(directory)[0], default=0)
 
 
 def next_seq(directory: Path) -> int:
     """The seq the next completion of this session gets: one past the highest on disk or in the log."""
-    parts, loose = _classify(directory)
+    parts, loose = classify(directory)
     logged = log_seqs(directory.parent.parent, directory.name.removeprefix("session_id="))
     return max([*parts, *(seq + 1 for seq in [*loose, *logged])], default=0)
 
@@ -98,9 +77,9 @@ def _locked(directory: Path):
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
-def _remove(paths: list[Path], directory: Path) -> None:
+def _remove(paths: list[str | Path], directory: Path) -> None:
     for path in paths:
-        path.unlink(missing_ok=True)
+        Path(path).unlink(missing_ok=True)
     if paths:
         fsync_dir(directory)
 
@@ -135,7 +114,7 @@ def compact_dir(directory: Path) -> int:
         return 0
     ensure_dir(directory)  # a session seen only in the log has no directory yet
     with _locked(directory):
-        parts, loose = _classify(directory)
+        parts, loose = classify(directory)
         start = max(parts, default=0)
         in_log = set(logged.column("seq").to_pylist())
         end = start
@@ -158,12 +137,12 @@ def rewrite_dir(directory: Path, rewrite: Callable[[pa.Table], pa.Table]) -> int
     number of rows. A part of the same name is replaced whole by the rename."""
     logged = _logged(directory)
     with _locked(directory):
-        files = live_files(directory)
+        files = list(visible(directory).files)
         covered = next_seq(directory)
         head = part_covered(files[0]) if files and part_covered(files[0]) is not None else 0
         table = rewrite(_merge(directory, files, logged.filter(pc.field("seq") >= head), covered))
         write_parquet_atomic(directory / part_name(covered), table, PART_COMPRESSION)
-        old = [path for path in data_files(directory) if path.name != part_name(covered)]
+        old = [path for path in data_files(directory) if os.path.basename(path) != part_name(covered)]
         _remove(old + _stale_temps(directory), directory)
     return table.num_rows
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import secrets
+from collections.abc import Sequence
 from pathlib import Path
 
 import pyarrow as pa
@@ -83,7 +84,7 @@ def write_text_atomic(path: Path, text: str) -> None:
     _write_atomic(Path(path), lambda handle: handle.write(text.encode()))
 
 
-def read_parquet(paths: list[Path], schema: pa.Schema, columns: list[str] | None = None) -> pa.Table:
+def read_parquet(paths: Sequence[str | Path], schema: pa.Schema, columns: list[str] | None = None) -> pa.Table:
     """Read complete files into one table with the store schema (an empty table when no paths)."""
     target = storage_schema(schema)
     if columns is not None:

@@ -16,6 +16,7 @@ import json
 import os
 import re
 import threading
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -23,7 +24,7 @@ from pathlib import Path
 import pyarrow as pa
 from tracetap.store.commit_log import END_MARK
 from tracetap.store.files import storage_schema
-from tracetap.store.paths import log_glob, log_segments
+from tracetap.store.paths import log_segments
 from tracetap.store.schema import STORED_COMPLETIONS
 
 LINE_HEAD = re.compile(rb'\{"session_id":"([^"\\]+)","seq":(\d+),')
@@ -127,16 +128,19 @@ def _read_rows(path: Path, spans: list[Span]) -> list[dict]:
     return rows
 
 
-def log_rows(root: Path | str, sid: str | None = None, columns: list[str] | None = None) -> pa.Table:
-    """The log's whole rows (of one session, or all), typed as the completions storage schema.
+def log_rows(root: Path | str, sid: str | None = None, columns: list[str] | None = None,
+             segments: list[Path] | None = None, session_ids: Collection[str] | None = None) -> pa.Table:
+    """The log's whole rows (of one session, of `session_ids`, or all), typed as the completions
+    storage schema; from `segments` when given (a snapshot's listing), else from the log's segments now.
 
     Raises FileNotFoundError when compaction deleted a segment meanwhile: run it under `retrying`.
     """
+    wanted_ids = None if sid is None and session_ids is None else {*(session_ids or ()), *([sid] if sid else [])}
     rows = []
-    for path in _segments(Path(root)):
+    for path in _segments(Path(root)) if segments is None else segments:
         sessions = _index(path)
-        wanted = sessions.get(sid, []) if sid is not None else [s for spans in sessions.values() for s in spans]
-        rows += _read_rows(path, wanted)
+        chosen = sessions.values() if wanted_ids is None else [sessions.get(one, []) for one in wanted_ids]
+        rows += _read_rows(path, sorted(span for spans in chosen for span in spans))
     target = _STORAGE if columns is None else pa.schema([_STORAGE.field(name) for name in columns])
     return pa.Table.from_pylist(rows, schema=target)
 
@@ -151,15 +155,16 @@ def typed_nulls(column_types: list[tuple[str, str]]) -> str:
     return ", ".join(f'NULL::{kind} AS "{name}"' for name, kind in column_types)
 
 
-def log_source(root: Path, column_types: list[tuple[str, str]]) -> str:
-    """A SELECT of the log's whole rows for DuckDB, `filename` included, given each column's SQL type.
+def log_source(files: str, column_types: list[tuple[str, str]]) -> str:
+    """A SELECT of the whole rows of the segments `files` (an SQL expression: a list of paths) for
+    DuckDB, `filename` included, given each column's SQL type.
 
     The typed empty row set in the union keeps the columns when no segment exists (DuckDB then
     reads one column, `empty`, whatever `columns` says)."""
     types = ", ".join(f"{sql_string(name)}: {sql_string(kind)}" for name, kind in column_types)
     names = ", ".join(f'"{name}"' for name, _ in column_types)
     typed = typed_nulls([*column_types, ("filename", "VARCHAR"), ("_end", "INTEGER")])
-    scan = (f"SELECT * FROM read_ndjson({sql_string(log_glob(root))}, columns = {{{types}, '_end': 'INTEGER'}}, "
-            "format = 'newline_delimited', ignore_errors = true, allow_empty = true, filename = true, "
+    scan = (f"SELECT * FROM read_ndjson({files}, columns = {{{types}, '_end': 'INTEGER'}}, "
+            "format = 'newline_delimited', ignore_errors = true, filename = true, "
             f"maximum_object_size = {MAX_LINE_BYTES})")
     return f"SELECT {names}, filename FROM (SELECT {typed} WHERE false UNION ALL BY NAME {scan}) WHERE _end = 1"

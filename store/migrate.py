@@ -18,11 +18,12 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 from tracetap.store.compact_form import History, encode_row
-from tracetap.store.compaction import live_files, rewrite_dir
+from tracetap.store.compaction import rewrite_dir
 from tracetap.store.expansion import expand
 from tracetap.store.files import StoreError, check_store, read_version, write_text_atomic
 from tracetap.store.paths import SESSION_ID_PATTERN, VERSION_FILE
 from tracetap.store.schema import SCHEMA_VERSION, STORED_COMPLETIONS
+from tracetap.store.snapshot import visible
 from tracetap.store.tables import rows_to_table
 
 WRITER_LOCK = ".writer.lock"  # the lock file StoreWriter holds
@@ -78,7 +79,7 @@ def migrate_store(root: Path | str, dry_run: bool = False,
     report = Migration(read_version(root) or SCHEMA_VERSION)
     with nullcontext() if dry_run else _exclusive(root):
         for directory in _sessions(root):
-            files = live_files(directory)
+            files = list(visible(directory).files)
             if all(map(_is_current, files)):
                 report.current += 1
                 continue

@@ -7,6 +7,7 @@ checked to stay under the store root.
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 
@@ -88,11 +89,6 @@ def log_segments(root: Path) -> list[Path]:
     return sorted(p for p in directory.iterdir() if SEGMENT_NAME.match(p.name))
 
 
-def log_glob(root: Path) -> str:
-    """The glob SQL readers expand at every query to find the log segments."""
-    return str(Path(root, LOG_DIR, "*-*.jsonl"))
-
-
 def session_file(root: Path, sid: str) -> Path:
     return session_dir(root, "sessions", sid) / "session.parquet"
 
@@ -106,28 +102,37 @@ def task_files(root: Path) -> list[Path]:
     return sorted(Path(root, "rollouts").glob("task_id=*/task.json"))
 
 
-def table_glob(root: Path, table: str) -> str:
-    """The glob readers use: only final `*.parquet` names, never temp files (`.x.tmp`)."""
-    if table not in TABLE_DEPTH:
-        raise ValueError(f"unknown table {table!r}; tables: {', '.join(TABLE_DEPTH)}")
-    return str(Path(root, table, *["*"] * TABLE_DEPTH[table], "*.parquet"))
+def data_files(directory: Path | str) -> list[str]:
+    """Complete data files in one partition directory (hidden and temp names skipped), sorted.
 
-
-def data_files(directory: Path) -> list[Path]:
-    """Complete data files in one partition directory (hidden and temp names skipped)."""
-    if not directory.is_dir():
+    Paths as strings: readers list thousands of them per statement, and a string costs far less to
+    make than a Path (DuckDB and pyarrow take either)."""
+    try:
+        names = os.listdir(directory)
+    except (FileNotFoundError, NotADirectoryError):
         return []
-    names = (p for p in directory.iterdir() if p.name.endswith(".parquet") and not p.name.startswith("."))
-    return sorted(names)
+    prefix = os.path.join(directory, "")
+    return [prefix + name for name in sorted(names) if name.endswith(".parquet") and not name.startswith(".")]
 
 
-def loose_seq(path: Path) -> int | None:
+def loose_seq(path: Path | str) -> int | None:
     """The seq in a per-completion file name, or None for any other file."""
-    match = LOOSE_NAME.match(path.name)
+    match = LOOSE_NAME.match(os.path.basename(path))
     return int(match.group(1)) if match else None
 
 
-def part_covered(path: Path) -> int | None:
+def part_covered(path: Path | str) -> int | None:
     """How many seqs a part file covers, or None when it is not a part file."""
-    match = PART_NAME.match(path.name)
+    match = PART_NAME.match(os.path.basename(path))
     return int(match.group(1)) if match else None
+
+
+def classify(directory: Path | str) -> tuple[dict[int, str], dict[int, str]]:
+    """(part files by how many seqs they cover, per-completion files by seq) in one session directory."""
+    parts, loose = {}, {}
+    for path in data_files(directory):
+        if (covered := part_covered(path)) is not None:
+            parts[covered] = path
+        elif (seq := loose_seq(path)) is not None:
+            loose[seq] = path
+    return parts, loose

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import click
 
-from tracetap.store.files import StoreError, check_store
+from tracetap.store import StoreError, check_store
 
 MAX_CELL = 80
 

@@ -24,7 +24,7 @@ from tracetap.rollout.runtimes.base import ExecResult, RuntimeUnavailable, Sessi
 from tracetap.rollout.runtimes.docker_host import DockerHost
 from tracetap.rollout.runtimes.docker_network import NO_IPV6, NodeNetwork, confine
 from tracetap.rollout.runtimes.local import KILL_GRACE_SECONDS, TIMED_OUT, RuntimeClosed, _copy, login_command
-from tracetap.store.paths import validate_session_id
+from tracetap.store import validate_session_id
 
 MOUNT = "/tracetap/session"
 RUN_DIR = ".tracetap"  # pid files of running commands, inside the session directory

@@ -21,7 +21,7 @@ from pathlib import Path
 from tracetap.rollout.models import RuntimeSpec
 from tracetap.rollout.runtimes.base import ExecResult, SessionLayout
 from tracetap.rollout.runtimes.processes import GROUPS_FILE, end_group, record_group
-from tracetap.store.paths import validate_session_id
+from tracetap.store import validate_session_id
 
 HOST_BASICS = ("PATH", "LANG", "LC_ALL", "LC_CTYPE", "TERM", "TZ", "USER", "LOGNAME", "SHELL", "TMPDIR")
 KILL_GRACE_SECONDS = 3.0

@@ -7,7 +7,7 @@ import json
 import pytest
 from sample_store import TRAJECTORIES, make_store
 from tracetap.builders.rewards import join_session, load_rewards
-from tracetap.store import connect, write_session_table
+from tracetap.store import StoreReader, write_session_table
 
 
 def traces(n: int, status: str = "ok") -> list[dict]:
@@ -70,11 +70,11 @@ def test_join_keeps_metadata_and_does_not_touch_its_input():
 def test_rewards_load_from_a_real_store_and_join_its_trajectories(tmp_path):
     root = make_store(tmp_path / "store")
     write_session_table(root, "rewards", "s1", [{"evaluator": "other", "reward": 0.3}], "other.parquet")
-    con = connect(root)
-    rewards = load_rewards(con, "session_completed")
+    reader = StoreReader(root)
+    rewards = load_rewards(reader, "session_completed")
     assert sorted(rewards) == ["s1", "s2", "s3"]
-    assert load_rewards(con, "other")["s1"]["reward"] == 0.3
-    assert load_rewards(con, "missing") == {}
+    assert load_rewards(reader, "other")["s1"]["reward"] == 0.3
+    assert load_rewards(reader, "missing") == {}
     joined = {sid: join_session(rows, rewards.get(sid), "session_completed")
               for sid, rows in TRAJECTORIES.items()}
     assert [t["reward"] for t in joined["s2"]] == [0.0, 0.0]

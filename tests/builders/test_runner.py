@@ -7,8 +7,7 @@ import pytest
 from toychat import Conversation, failure
 from tracestore import read_traces, write_store
 from tracetap.builders import build, list_sessions, load_session
-from tracetap.store import InvalidSessionId, StoreWriter
-from tracetap.store.files import StoreError
+from tracetap.store import InvalidSessionId, StoreError, StoreWriter
 
 
 def agent_rows(session_id: str, turns: int) -> list[dict]:

@@ -10,10 +10,8 @@ import time
 from pathlib import Path
 
 import live
-import pyarrow.parquet as pq
 from openai import OpenAI
-from tracetap.store import connect
-from tracetap.store.paths import session_file
+from tracetap.store import StoreReader, connect
 
 SESSIONS = [f"restart-{i}" for i in range(16)]
 FIXTURES = ["chat_basic", "chat_sampled", "chat_tools_auto_call"]
@@ -46,9 +44,8 @@ def burst(url: str) -> None:
 def stale_rows(store: Path) -> list[str]:
     """Sessions whose row on disk counts fewer calls than their completions directory holds."""
     counts = dict(connect(store).execute("SELECT session_id, count(*) FROM completions GROUP BY 1").fetchall())
-    saved = {sid: pq.read_table(session_file(store, sid)).column("completions")[0].as_py()
-             if session_file(store, sid).exists() else 0 for sid in counts}
-    return [sid for sid in counts if saved[sid] != counts[sid]]
+    saved = {row["session_id"]: row["completions"] for row in StoreReader(store).sessions(counts)}
+    return [sid for sid in counts if saved.get(sid, 0) != counts[sid]]
 
 
 def test_a_restarted_gateway_reconciles_session_rows(gateway, stub_upstream, tmp_path):

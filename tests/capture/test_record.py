@@ -9,8 +9,7 @@ from live import fixture_body, fixture_request
 from tracetap.capture.record import Call, build_row, display_path, harness_hint
 from tracetap.capture.redact import MASK
 from tracetap.capture.upstream import parse_chat_response, with_token_flags
-from tracetap.store import StoreWriter, connect
-from tracetap.store.schema import COMPLETIONS
+from tracetap.store import TABLES, StoreWriter, connect
 
 
 @pytest.mark.parametrize(("path", "query", "expected"), [
@@ -52,7 +51,7 @@ def ok_call(name: str = "chat_tools_auto_call", **fields) -> Call:
 def test_ok_row():
     call = ok_call()
     row = build_row(call)
-    assert set(row) == set(COMPLETIONS.names)
+    assert set(row) == set(TABLES["completions"].names)
     assert row["prompt_token_ids"] == call.capture.prompt_token_ids
     assert len(row["logprobs"]) == len(row["completion_token_ids"]) == row["completion_tokens"]
     assert row["tool_calls"] == call.capture.tool_calls and row["finish_reason"] == "tool_calls"

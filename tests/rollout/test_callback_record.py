@@ -14,7 +14,7 @@ from click.testing import CliRunner
 from tracetap.rollout.callbacks import LocalReceiver, RetryPolicy
 from tracetap.rollout.node import GatewayNode, NodeConfig
 from tracetap.rollout.server import BackgroundServer, create_app
-from tracetap.store.paths import task_file
+from tracetap.store import task_file
 
 from tracetap.cli import cli as main_cli
 from tracetap.launch import free_port

@@ -17,7 +17,7 @@ from live import wait_done
 from tracetap.rollout.callbacks import LocalReceiver
 from tracetap.rollout.node import GatewayNode, NodeConfig
 from tracetap.rollout.server import BackgroundServer, create_app
-from tracetap.store.paths import task_file
+from tracetap.store import task_file
 
 from tracetap.cli import cli as main_cli
 from tracetap.launch import free_port

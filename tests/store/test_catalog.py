@@ -3,9 +3,10 @@ import json
 import pytest
 from store_rows import completion
 from tracetap.store import StoreWriter, connect, scan, write_session_table
-from tracetap.store.catalog import VIEW_COLUMNS, table_files
+from tracetap.store.catalog import VIEW_COLUMNS
 from tracetap.store.paths import session_dir
 from tracetap.store.schema import TABLES
+from tracetap.store.snapshot import snapshot
 
 
 def view_types(con, table):
@@ -114,7 +115,7 @@ def test_temp_files_are_invisible_to_readers(root):
     (directory / ".00000001-x.parquet.deadbeef.tmp").write_bytes(b"PAR1 half a file")
     assert connect(root).execute("SELECT count(*) FROM completions").fetchone() == (1,)
     assert scan(root, "completions").collect().height == 1
-    assert table_files(root, "completions") == [directory / "part-1.parquet"]
+    assert snapshot(root).files("completions") == [str(directory / "part-1.parquet")]
 
 
 def test_scan_rejects_unknown_tables(root):

@@ -7,10 +7,11 @@ import duckdb
 import pytest
 from store_rows import completion, record_files, snapshot
 from tracetap.store import StoreWriter, connect, scan
-from tracetap.store.compaction import compact_session, compact_store, live_files
+from tracetap.store.compaction import compact_session, compact_store
 from tracetap.store.files import write_parquet_atomic
 from tracetap.store.paths import session_dir
 from tracetap.store.reading import read_session
+from tracetap.store.snapshot import visible
 from tracetap.store.tables import rows_to_table
 
 
@@ -87,7 +88,7 @@ def test_readers_are_right_after_a_crash_between_part_and_deletes(writer, root):
     assert names(root)[-2:] == ["part-3.parquet", "part-5.parquet"] and len(names(root)) == 4
     assert seqs(root) == [0, 1, 2, 3, 4]
     assert scan(root, "completions").select("seq").collect()["seq"].sort().to_list() == [0, 1, 2, 3, 4]
-    assert [p.name for p in live_files(directory)] == ["part-5.parquet"]
+    assert [os.path.basename(p) for p in visible(directory).files] == ["part-5.parquet"]
     assert writer.record_completion(completion())["seq"] == 5
     assert compact_session(root, "s1") == 1
     assert names(root) == ["part-6.parquet"] and seqs(root) == list(range(6))

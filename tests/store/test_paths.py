@@ -8,7 +8,6 @@ from tracetap.store.paths import (
     part_covered,
     part_name,
     session_dir,
-    table_glob,
     validate_filename,
     validate_session_id,
 )
@@ -63,12 +62,3 @@ def test_bad_file_names_are_rejected(name):
     with pytest.raises(ValueError):
         validate_filename(name)
 
-
-def test_table_glob_matches_only_final_parquet_names(tmp_path):
-    glob = table_glob(tmp_path, "completions")
-    final = tmp_path / "completions" / "session_id=s" / "00000000-c.parquet"
-    temp = tmp_path / "completions" / "session_id=s" / ".00000000-c.parquet.1a2b3c4d.tmp"
-    assert final.match(glob) and not temp.match(glob)
-    assert table_glob(tmp_path, "trajectories").endswith("trajectories/*/*/*.parquet")
-    with pytest.raises(ValueError):
-        table_glob(tmp_path, "nope")

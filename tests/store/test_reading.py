@@ -17,10 +17,11 @@ from pathlib import Path
 import pytest
 from store_rows import completion, record_files
 from tracetap.builders.runner import build, load_session
-from tracetap.store import StoreWriter, connect, scan
+from tracetap.store import StoreReader, StoreWriter, connect, scan
 from tracetap.store.log_reading import log_rows
 from tracetap.store.paths import session_dir
-from tracetap.store.reading import retrying, session_files
+from tracetap.store.reading import retrying
+from tracetap.store.snapshot import session_files
 
 SESSIONS = [f"r{i}" for i in range(4)]
 BATCH = 12  # completions per session between two compactions
@@ -139,23 +140,40 @@ def test_builder_reads_never_fail_under_compaction(root, churn):
         assert build(root, "per_request").sessions == len(SESSIONS)
 
 
-def test_listing_files_never_misses_or_repeats_rows(root, churn):
-    def listed(sid: str) -> list[int]:
-        logged = log_rows(root, sid, ["seq"]).column("seq").to_pylist()  # first, as readers do
-        files = session_files(session_dir(root, "completions", sid))
-        head = max(_seqs(files[:1]), default=-1) + 1 if files and files[0].name.startswith("part-") else 0
-        return _seqs(files) + [seq for seq in logged if seq >= head]
+def test_the_reader_api_never_fails_under_compaction(root, churn):
+    reader = StoreReader(root)
 
     def read() -> list[Key]:
-        return [(sid, seq) for sid in SESSIONS for seq in retrying(lambda sid=sid: listed(sid))]
+        tables = reader.completions_of(SESSIONS, ["seq"])
+        seqs = {sid: table["seq"].to_pylist() for sid, table in tables.items()}
+        assert all(listed == sorted(listed) for listed in seqs.values()), "rows out of seq order"
+        return [(sid, seq) for sid, listed in seqs.items() for seq in listed]
+
+    check_reads(churn, read)
+
+
+def test_a_connection_for_some_sessions_reads_them_under_compaction(root, churn):
+    con = connect(root, session_ids=SESSIONS)  # every session named: the churn's checks hold as they are
+    check_reads(churn, lambda: [(sid, seq) for sid, seq in
+                                con.execute("SELECT session_id, seq FROM completions").fetchall()])
+
+
+def test_listing_files_never_misses_or_repeats_rows(root, churn):
+    def seqs(sid: str) -> list[int]:
+        logged = log_rows(root, sid, ["seq"]).column("seq").to_pylist()  # first, as readers do
+        listed = session_files(session_dir(root, "completions", sid))
+        return _seqs(listed.files) + [seq for seq in logged if seq >= listed.covered]
+
+    def read() -> list[Key]:
+        return [(sid, seq) for sid in SESSIONS for seq in retrying(lambda sid=sid: seqs(sid))]
 
     check_reads(churn, read, times=200)
 
 
-def _seqs(files: list[Path]) -> list[int]:
+def _seqs(files: tuple[str, ...]) -> list[int]:
     """The seqs a listing shows, from file names: part-N holds 0..N-1, the rest one seq each."""
     out: list[int] = []
-    for path in files:
+    for path in map(Path, files):
         out += list(range(int(path.stem.removeprefix("part-")))) if path.name.startswith("part-") else [
             int(path.name[:8])]
     return out
@@ -175,5 +193,5 @@ def test_a_hole_in_the_store_itself_is_read_as_it_is(root, writer):
     record_files(root, 3, "h")
     directory = session_dir(root, "completions", "h")
     next(directory.glob("00000001-*.parquet")).unlink()
-    assert [path.name[:8] for path in session_files(directory)] == ["00000000", "00000002"]
+    assert [path.name[:8] for path in map(Path, session_files(directory).files)] == ["00000000", "00000002"]
     assert connect(root).execute("SELECT count(*) FROM completions").fetchone() == (2,)

@@ -50,7 +50,7 @@ def command(store_dir: Path, builder: str, sessions: tuple[str, ...], eot_id: in
     """
     from tracetap.builders import build, list_sessions
     from tracetap.common import decode
-    from tracetap.store.files import StoreError
+    from tracetap.store import StoreError
 
     try:
         wanted = list(sessions) or list_sessions(store_dir)

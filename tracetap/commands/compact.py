@@ -8,17 +8,15 @@ from pathlib import Path
 import click
 
 from tracetap.common import store_option
-from tracetap.store.compaction import compact_session, compact_store
-from tracetap.store.log_reading import logged_sessions
-from tracetap.store.paths import InvalidSessionId, session_dir
+from tracetap.store import InvalidSessionId, StoreReader, compact_session, compact_store
 
 
 def _compact_one(root: Path, session_id: str) -> int:
     try:
-        directory = session_dir(root, "completions", session_id)
+        recorded = StoreReader(root).recorded(session_id)
     except InvalidSessionId as error:
         raise click.BadParameter(str(error), param_hint="--session") from None
-    if not directory.is_dir() and session_id not in logged_sessions(root):
+    if not recorded:
         raise click.ClickException(f"session {session_id!r} has no completions in {root}")
     return compact_session(root, session_id)
 

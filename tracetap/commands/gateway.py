@@ -80,8 +80,7 @@ def _replay_options(store: Path, replay: Path | None, session: str | None, miss:
                     ignore: tuple[str, ...]) -> dict[str, str | list[str]]:
     """The gateway's replay settings (none without --replay), checked before anything starts."""
     from tracetap.capture.replay_match import check_ignore_path
-    from tracetap.store import StoreError, validate_session_id
-    from tracetap.store.files import check_store
+    from tracetap.store import StoreError, check_store, validate_session_id
 
     if replay is None:
         if session or ignore:

@@ -44,8 +44,7 @@ def command(name: str | None, store: Path | None, params: dict, list_queries: bo
     import duckdb
 
     from tracetap.queries import QueryError, run_query
-    from tracetap.store import connect
-    from tracetap.store.files import StoreError, check_store
+    from tracetap.store import StoreError, check_store, connect
 
     try:
         result = run_query(connect(check_store(store)), name, params)

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import click
 
-from tracetap.store.catalog import VIEW_COLUMNS
-from tracetap.store.schema import SCHEMA_VERSION, TABLES, describe
+from tracetap.store import SCHEMA_VERSION, TABLES, VIEW_COLUMNS, describe
 
 
 def schema_markdown() -> str:

@@ -1,0 +1,126 @@
+"""The store's reader API: what builders, exports, evaluators, replay, the viewer and the CLI read.
+
+Every read lists the files it needs with the one visibility rule (store/snapshot.py) and runs through
+`retrying` (store/reading.py), so it answers for the store as of one listing, whatever compaction
+does meanwhile. Reads that name sessions list only those sessions' partitions: a read of one session
+costs the same in a store of ten sessions or of ten thousand. Tables come back as Arrow tables (the
+token columns stay columnar); small per-session rows (sessions, rewards, tasks) as dicts.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable, Collection
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from tracetap.store.catalog import connect
+from tracetap.store.connection import StoreConnection
+from tracetap.store.files import check_store, read_parquet
+from tracetap.store.log_reading import logged_sessions
+from tracetap.store.paths import task_file, task_files, validate_name, validate_session_id
+from tracetap.store.reading import read_completions, retrying
+from tracetap.store.schema import REWARDS, SESSIONS, TRAJECTORIES
+from tracetap.store.snapshot import PARTITION, partitions, snapshot
+
+
+def _ids(session_ids: Collection[str] | None) -> list[str] | None:
+    return None if session_ids is None else [validate_session_id(sid) for sid in session_ids]
+
+
+def _partition(path: str) -> str:
+    """The session id of a data file's `session_id=<sid>` directory."""
+    return os.path.basename(os.path.dirname(path)).removeprefix(PARTITION)
+
+
+def _of_builder(builder: str) -> Callable[[str], bool]:
+    """Whether a trajectories file is `builder`'s (`trajectories/builder=<b>/session_id=<sid>/...`)."""
+    marker = f"builder={validate_name(builder, 'builder')}"
+    return lambda path: os.path.basename(os.path.dirname(os.path.dirname(path))) == marker
+
+
+class StoreReader:
+    """Read-only access to one store (checked to be a tracetap store when made)."""
+
+    def __init__(self, root: Path | str) -> None:
+        self.root = check_store(root)
+
+    def session_ids(self) -> list[str]:
+        """Ids of the sessions with recorded completions, sorted."""
+        in_files = {os.path.basename(path).removeprefix(PARTITION) for path in partitions(self.root, "completions")}
+        return sorted(in_files | logged_sessions(self.root))
+
+    def files(self, table: str) -> list[str]:
+        """The Parquet files a reader of `table` reads now, for tools that scan them directly."""
+        return snapshot(self.root, [table]).files(table)
+
+    def completions(self, session_id: str, columns: list[str] | None = None) -> pa.Table:
+        """One session's completions in seq order (empty when it has none); all columns by default."""
+        return self.completions_of([session_id], columns)[validate_session_id(session_id)]
+
+    def completions_of(self, session_ids: Collection[str], columns: list[str] | None = None,
+                       ) -> dict[str, pa.Table]:
+        """Several sessions' completions from one listing: {session_id: its rows in seq order}."""
+        return read_completions(self.root, _ids(session_ids) or [], columns)
+
+    def _table(self, table: str, schema: pa.Schema, session_ids: Collection[str] | None,
+               keep: Callable[[str], bool] = lambda path: True) -> pa.Table:
+        """Every file of `table` (of `session_ids` when given) that `keep` accepts, as of one listing."""
+        wanted = _ids(session_ids)
+
+        def read() -> pa.Table:
+            return read_parquet([path for path in snapshot(self.root, [table], wanted).files(table) if keep(path)],
+                                schema)
+
+        return retrying(read)
+
+    def sessions(self, session_ids: Collection[str] | None = None) -> list[dict]:
+        """Session rows (all, or those of `session_ids` that have one), by session id."""
+        return self._table("sessions", SESSIONS, session_ids).to_pylist()
+
+    def session(self, session_id: str) -> dict | None:
+        """One session's row, or None when the store has none for it."""
+        rows = self.sessions([session_id])
+        return rows[0] if rows else None
+
+    def trajectories(self, builder: str, session_ids: Collection[str] | None = None) -> pa.Table:
+        """`builder`'s traces (all sessions, or `session_ids`), by session id then trace index."""
+        table = self._table("trajectories", TRAJECTORIES, session_ids, _of_builder(builder))
+        return table.sort_by([("session_id", "ascending"), ("trace_index", "ascending")])
+
+    def trajectory_session_ids(self, builder: str) -> list[str]:
+        """Ids of the sessions with a trajectories file of `builder`, sorted."""
+        files = filter(_of_builder(builder), snapshot(self.root, ["trajectories"]).files("trajectories"))
+        return sorted(set(map(_partition, files)))
+
+    def rewards(self, evaluator: str | None = None, session_ids: Collection[str] | None = None) -> list[dict]:
+        """Reward rows (of one evaluator, when given), by session id then creation time."""
+        table = self._table("rewards", REWARDS, session_ids)
+        if evaluator is not None:
+            table = table.filter(pc.field("evaluator") == validate_name(evaluator, "evaluator name"))
+        return table.sort_by([("session_id", "ascending"), ("created_at", "ascending")]).to_pylist()
+
+    def connect(self, decode: Callable[[list[int]], str] | None = None,
+                session_ids: Collection[str] | None = None) -> StoreConnection:
+        """A DuckDB connection over the store's views (see store/catalog.py `connect`)."""
+        return connect(self.root, decode, session_ids)
+
+    def recorded(self, session_id: str) -> bool:
+        """Whether the store holds completions of this session (without listing any other)."""
+        return (os.path.isdir(partitions(self.root, "completions", [session_id])[0])
+                or session_id in logged_sessions(self.root))
+
+
+def read_tasks(root: Path | str) -> dict[str, dict]:
+    """Every rollout task file's body (`rollouts/task_id=<id>/task.json`), by task id.
+
+    Task files come before any call is recorded, so the store need not hold a VERSION yet."""
+    return {path.parent.name.removeprefix("task_id="): json.loads(path.read_text()) for path in task_files(Path(root))}
+
+
+def read_task(root: Path | str, task_id: str) -> dict | None:
+    """One rollout task file's body, or None when the store has none for it."""
+    path = task_file(Path(root), task_id)
+    return json.loads(path.read_text()) if path.exists() else None

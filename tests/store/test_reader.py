@@ -1,0 +1,163 @@
+"""The reader API (store/reader.py) and the one visibility rule it shares with SQL (store/snapshot.py)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+from store_rows import completion
+from tracetap.store import (
+    InvalidSessionId,
+    StoreError,
+    StoreReader,
+    StoreWriter,
+    compact_session,
+    connect,
+    read_task,
+    read_tasks,
+    task_file,
+    write_session_table,
+    write_text_atomic,
+)
+from tracetap.store.paths import session_dir
+from tracetap.store.snapshot import snapshot, visible
+
+PROJECT = Path(__file__).resolve().parents[2]
+
+
+def trace(index: int, builder: str = "per_request") -> dict:
+    return {"builder": builder, "trace_index": index, "loss_mask": [1], "completion_ids": [f"c{index}"]}
+
+
+@pytest.fixture
+def filled(root: Path) -> Path:
+    """Sessions a (3 calls, compacted after 2, then one more), b (1 call), with traces and rewards."""
+    with StoreWriter(root) as w:
+        for _ in range(2):
+            w.record_completion(completion("a"))
+        w.close_session("a")
+        w.record_completion(completion("a", task_id="t"))
+        w.record_completion(completion("b"))
+        w.register_session("b", task_id="tb")
+    for sid in ("a", "b"):
+        write_session_table(root, "trajectories", sid, [trace(1), trace(0)], "part-0.parquet", builder="per_request")
+        write_session_table(root, "rewards", sid, [{"evaluator": "e", "reward": 0.5}], "e.parquet")
+    write_session_table(root, "trajectories", "a", [trace(0, "prefix_merging")], "part-0.parquet",
+                        builder="prefix_merging")
+    write_session_table(root, "rewards", "a", [{"evaluator": "f", "reward": 1.0}], "f.parquet")
+    return root
+
+
+def test_a_session_reads_in_seq_order_across_part_and_per_call_files(filled):
+    reader = StoreReader(filled)
+    assert reader.session_ids() == ["a", "b"]
+    table = reader.completions("a", ["seq", "task_id"])
+    assert table.column_names == ["seq", "task_id"]
+    assert table["seq"].to_pylist() == [0, 1, 2] and table["task_id"].to_pylist() == [None, None, "t"]
+    assert reader.completions("nobody").num_rows == 0
+
+
+def test_several_sessions_read_from_one_listing(filled):
+    tables = StoreReader(filled).completions_of(["b", "a", "nobody"], ["session_id", "seq"])
+    assert {sid: t["seq"].to_pylist() for sid, t in tables.items()} == {"b": [0], "a": [0, 1, 2], "nobody": []}
+
+
+def test_session_trajectory_and_reward_rows(filled):
+    reader = StoreReader(filled)
+    assert reader.session("b")["task_id"] == "tb" and reader.session("nobody") is None
+    assert [row["session_id"] for row in reader.sessions()] == ["a", "b"]
+    traces = reader.trajectories("per_request")
+    assert [(r["session_id"], r["trace_index"]) for r in traces.to_pylist()] == [("a", 0), ("a", 1), ("b", 0), ("b", 1)]
+    assert reader.trajectories("prefix_merging", ["b"]).num_rows == 0
+    assert reader.trajectory_session_ids("prefix_merging") == ["a"]
+    assert [(r["session_id"], r["evaluator"]) for r in reader.rewards()] == [("a", "e"), ("a", "f"), ("b", "e")]
+    assert [r["session_id"] for r in reader.rewards("f")] == ["a"]
+    assert reader.recorded("a") and not reader.recorded("nobody")
+
+
+@pytest.mark.parametrize("bad", ["../a", "", "a/b"])
+def test_bad_session_ids_fail_before_any_path_is_built(filled, bad):
+    with pytest.raises(InvalidSessionId):
+        StoreReader(filled).completions(bad)
+    with pytest.raises(InvalidSessionId):
+        connect(filled, session_ids=[bad])
+
+
+def test_a_directory_that_is_no_store_is_a_clear_error(tmp_path):
+    with pytest.raises(StoreError, match="not a tracetap store"):
+        StoreReader(tmp_path)
+
+
+def test_task_files_read_back_by_task_id(root):
+    assert read_tasks(root) == {} and read_task(root, "t1") is None
+    write_text_atomic(task_file(root, "t1"), json.dumps({"request": {"task_id": "t1"}, "result": {}}))
+    assert read_tasks(root) == {"t1": {"request": {"task_id": "t1"}, "result": {}}}
+    assert read_task(root, "t1")["request"] == {"task_id": "t1"}
+
+
+def test_a_connection_for_some_sessions_shows_only_them_in_every_view(filled):
+    con = connect(filled, session_ids=["b"])
+    for table in ("completions", "sessions", "rewards", "trajectories"):
+        assert con.execute(f"SELECT DISTINCT session_id FROM {table}").fetchall() == [("b",)], table
+    assert connect(filled, session_ids=["nobody"]).execute("SELECT count(*) FROM completions").fetchone() == (0,)
+
+
+def test_views_follow_a_table_from_no_files_to_some(root):
+    StoreWriter(root).close()
+    con = connect(root)
+    assert con.execute("SELECT count(*) FROM trajectories").fetchone() == (0,)
+    write_session_table(root, "trajectories", "s", [trace(0)], "part-0.parquet", builder="per_request")
+    assert con.execute("SELECT count(*) FROM trajectories").fetchone() == (1,)
+
+
+def test_a_file_that_vanishes_after_the_listing_fails_the_read_instead_of_hiding_rows(filled):
+    """DuckDB's allow_empty would skip a missing listed file; the views must fail (and so be retried)."""
+    import duckdb
+
+    con = connect(filled)
+    listed = StoreReader(filled).files("completions")
+    gone = Path(listed[0])
+    data = gone.read_bytes()
+    con.refresh = lambda: None  # keep the listing taken before the delete
+    gone.unlink()
+    try:
+        with pytest.raises(duckdb.IOException):
+            con.duckdb.execute("SELECT count(*) FROM completions").fetchall()
+    finally:
+        gone.write_bytes(data)
+
+
+def test_the_rule_picks_the_highest_part_and_later_per_call_files(filled):
+    directory = session_dir(filled, "completions", "a")
+    listed = visible(directory)
+    assert Path(listed.files[0]).name == "part-2.parquet" and listed.covered == 2
+    stale = directory / "00000000-old.parquet"  # a crash between a part's rename and the deletes
+    stale.write_bytes((directory / "part-2.parquet").read_bytes())
+    assert visible(directory) == listed
+    assert snapshot(filled).covered() == {"a": 2} and len(snapshot(filled).log) == 1  # b: only in the log
+    compact_session(filled, "a")
+    assert [Path(p).name for p in visible(directory).files] == ["part-3.parquet"]
+
+
+def test_a_stray_internal_import_fails_the_lint_outside_store():
+    def lint(source: str, filename: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "ruff", "check", "--no-cache", "--stdin-filename", filename, "-"],
+                              input=source, capture_output=True, text=True, cwd=PROJECT)
+
+    stray = "from tracetap.store.paths import session_dir\n\nprint(session_dir)\n"
+    done = lint(stray, "builders/stray.py")
+    assert done.returncode == 1 and "TID251" in done.stdout, done.stdout + done.stderr
+    assert lint("from tracetap.store import paths\n\nprint(paths)\n", "report/stray.py").returncode == 1
+    assert lint(stray, "store/stray.py").returncode == 0
+    assert lint(stray.replace("store.paths", "store"), "builders/stray.py").returncode == 0
+
+
+def test_every_store_module_is_banned_outside_store():
+    config = tomllib.loads((PROJECT / "pyproject.toml").read_text())
+    banned = config["tool"]["ruff"]["lint"]["flake8-tidy-imports"]["banned-api"]
+    modules = {f"tracetap.store.{path.stem}" for path in (PROJECT / "store").glob("*.py") if path.stem != "__init__"}
+    assert modules <= set(banned), sorted(modules - set(banned))
