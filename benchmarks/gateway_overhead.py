@@ -11,8 +11,9 @@ busy machine slows all of them alike; each figure is the median over rounds.
     python benchmarks/gateway_overhead.py --calls 1000 --rounds 3
 
 Prints, sequentially and with 32 concurrent sessions: median / p99 latency, latency added over the direct
-call, calls/s, and the gateway's ratios to bare mitmdump (the goals: added median <= 1.5x, with 32
-sessions >= 2/3 of its calls/s and p99 <= 2x).
+call, calls/s, the proxy process's CPU time per call (all its threads; steadier than latency on a busy
+machine), and the gateway's ratios to bare mitmdump (the goals: added median <= 1.5x, with 32 sessions
+>= 2/3 of its calls/s and p99 <= 2x).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import multiprocessing
+import os
 import socket
 import statistics
 import subprocess
@@ -142,45 +144,56 @@ async def _session(client: Pool, session: str, calls: int, out: list[float]) -> 
         out.append((time.perf_counter() - start) * 1000)
 
 
-async def measure(base: str, calls: int, sessions: int, tag: str) -> dict[str, float]:
-    """p50 / p99 latency (ms) and calls/s of `calls` calls spread over `sessions` concurrent sessions."""
+async def measure(base: str, calls: int, sessions: int, tag: str, pid: int | None) -> dict[str, float]:
+    """p50 / p99 latency (ms), calls/s and the proxy's CPU ms per call (0 without a proxy) of `calls`
+    calls spread over `sessions` concurrent sessions."""
     latencies: list[float] = []
     client = Pool(base)
     try:
         await asyncio.gather(*[_session(client, f"warmup-{tag}-{i}", 5, []) for i in range(sessions)])
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), cpu_seconds(pid)
         await asyncio.gather(*[_session(client, f"bench-{tag}-{i}", calls // sessions, latencies)
                                for i in range(sessions)])
-        elapsed = time.perf_counter() - start
+        elapsed, cpu = time.perf_counter() - start, cpu_seconds(pid) - cpu
     finally:
         await client.aclose()
     latencies.sort()
     return {"p50": statistics.median(latencies), "p99": latencies[int(len(latencies) * 0.99) - 1],
-            "rate": len(latencies) / elapsed}
+            "rate": len(latencies) / elapsed, "cpu": cpu * 1000 / len(latencies)}
 
 
-def run_rounds(urls: dict[str, str], calls: int, rounds: int) -> dict[tuple[str, int], dict[str, float]]:
-    """Per (target, sessions): each metric's median over the rounds."""
+def cpu_seconds(pid: int | None) -> float:
+    """User + system CPU time of a process, all its threads included (Linux /proc); 0 for None."""
+    if pid is None:
+        return 0.0
+    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def run_rounds(targets: dict[str, tuple[str, int | None]], calls: int,
+               rounds: int) -> dict[tuple[str, int], dict[str, float]]:
+    """Per (target, sessions): each metric's median over the rounds. `targets`: name -> (URL, proxy pid)."""
     runs: dict[tuple[str, int], list[dict[str, float]]] = {}
     for number in range(rounds):
         for sessions in CONCURRENCY:
             for target in TARGETS:
-                tag = f"{number}-{sessions}"
-                runs.setdefault((target, sessions), []).append(asyncio.run(measure(urls[target], calls, sessions, tag)))
-    return {key: {m: statistics.median(r[m] for r in results) for m in ("p50", "p99", "rate")}
+                url, pid = targets[target]
+                result = asyncio.run(measure(url, calls, sessions, f"{number}-{sessions}", pid))
+                runs.setdefault((target, sessions), []).append(result)
+    return {key: {m: statistics.median(r[m] for r in results) for m in results[0]}
             for key, results in runs.items()}
 
 
 def print_report(stats: dict[tuple[str, int], dict[str, float]], calls: int, rounds: int) -> None:
     print(f"calls per measurement: {calls}, rounds: {rounds} (medians over rounds)")
-    print("| sessions | target | median ms | p99 ms | added median ms | added p99 ms | calls/s |")
-    print("|---|---|---|---|---|---|---|")
+    print("| sessions | target | median ms | p99 ms | added median ms | added p99 ms | calls/s | proxy CPU ms/call |")
+    print("|---|---|---|---|---|---|---|---|")
     for sessions in CONCURRENCY:
         direct = stats[("direct", sessions)]
         for target in TARGETS:
             s = stats[(target, sessions)]
             print(f"| {sessions} | {target} | {s['p50']:.2f} | {s['p99']:.2f} | {s['p50'] - direct['p50']:.2f} | "
-                  f"{s['p99'] - direct['p99']:.2f} | {s['rate']:.0f} |")
+                  f"{s['p99'] - direct['p99']:.2f} | {s['rate']:.0f} | {s['cpu']:.2f} |")
     print(ratios(stats))
 
 
@@ -190,9 +203,10 @@ def ratios(stats: dict[tuple[str, int], dict[str, float]]) -> str:
         return stats[(target, 1)]["p50"] - stats[("direct", 1)]["p50"]
 
     gateway, bare = stats[("gateway", 32)], stats[("mitmdump", 32)]
+    cpu = stats[("gateway", 1)]["cpu"] / stats[("mitmdump", 1)]["cpu"]
     return (f"gateway / bare mitmdump: added median {added('gateway') / added('mitmdump'):.2f}x (goal <= 1.5); "
             f"32 sessions calls/s {gateway['rate'] / bare['rate']:.2f}x (goal >= 0.67), "
-            f"p99 {gateway['p99'] / bare['p99']:.2f}x (goal <= 2)")
+            f"p99 {gateway['p99'] / bare['p99']:.2f}x (goal <= 2); CPU per call {cpu:.2f}x")
 
 
 def main() -> None:
@@ -203,7 +217,9 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp, fast_upstream() as direct, \
             start_mitmdump(direct, Path(tmp)) as bare, \
             start_gateway(Path(tmp) / "store", "--upstream", direct, "--served-model", "tiny") as gateway:
-        stats = run_rounds({"direct": direct, "mitmdump": bare.url, "gateway": gateway.url}, args.calls, args.rounds)
+        targets = {"direct": (direct, None), "mitmdump": (bare.url, bare.process.pid),
+                   "gateway": (gateway.url, gateway.process.pid)}
+        stats = run_rounds(targets, args.calls, args.rounds)
         recorded = len(list((Path(tmp) / "store" / "completions").rglob("*.parquet")))
     print(f"completion files recorded by the gateway: {recorded}")
     print_report(stats, args.calls, args.rounds)
