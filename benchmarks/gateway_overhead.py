@@ -40,6 +40,7 @@ from tracetap.launch import ChildProcess, free_port, start_gateway
 
 FIXTURE = Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "vllm-0.32.0" / "chat_basic.json"
 REQUEST = {"model": "bench", "messages": [{"role": "user", "content": "Say hi."}], "max_tokens": 8}
+TOOLS = 16  # an agent request's tool definitions, each with a nested parameter schema
 MITMDUMP = Path(sys.executable).parent / "mitmdump"
 TARGETS = ("direct", "mitmdump", "gateway")
 CONCURRENCY = (1, 32)
@@ -133,9 +134,24 @@ def _wait_listening(port: int, process: subprocess.Popen | None = None, timeout:
     raise RuntimeError(f"nothing listens on 127.0.0.1:{port}")
 
 
-async def _session(client: Pool, session: str, calls: int, out: list[float]) -> None:
+def agent_request(kb: int) -> dict:
+    """A request shaped like an agent harness's: a system prompt of about `kb` KB, tools with nested
+    schemas, a short history. `kb` 0 is the one-line request."""
+    if kb <= 0:
+        return REQUEST
+    system = " ".join(f"Rule {i}: keep edits small and run the tests." for i in range(kb * 22))
+    schema = {"type": "object", "properties": {"path": {"type": "string", "description": "A file path."},
+                                               "lines": {"type": "array", "items": {"type": "integer"}}},
+              "required": ["path"]}
+    tools = [{"type": "function", "function": {"name": f"tool_{i}", "description": "Reads a file.",
+                                               "parameters": schema}} for i in range(TOOLS)]
+    history = [{"role": "user", "content": "Fix the failing test."},
+               {"role": "assistant", "content": "Reading the test first."}, {"role": "user", "content": "Go on."}]
+    return {**REQUEST, "messages": [{"role": "system", "content": system}, *history], "tools": tools}
+
+
+async def _session(client: Pool, session: str, calls: int, out: list[float], body: bytes) -> None:
     headers = {"content-type": "application/json", SESSION_HEADER: session}
-    body = dump_bytes(REQUEST)
     for _ in range(calls):
         start = time.perf_counter()
         reply = await client.request("POST", "/v1/chat/completions", body, headers, timeout=60)
@@ -144,15 +160,16 @@ async def _session(client: Pool, session: str, calls: int, out: list[float]) -> 
         out.append((time.perf_counter() - start) * 1000)
 
 
-async def measure(base: str, calls: int, sessions: int, tag: str, pid: int | None) -> dict[str, float]:
+async def measure(base: str, calls: int, sessions: int, tag: str, pid: int | None,
+                  body: bytes) -> dict[str, float]:
     """p50 / p99 latency (ms), calls/s and the proxy's CPU ms per call (0 without a proxy) of `calls`
     calls spread over `sessions` concurrent sessions."""
     latencies: list[float] = []
     client = Pool(base)
     try:
-        await asyncio.gather(*[_session(client, f"warmup-{tag}-{i}", 5, []) for i in range(sessions)])
+        await asyncio.gather(*[_session(client, f"warmup-{tag}-{i}", 5, [], body) for i in range(sessions)])
         start, cpu = time.perf_counter(), cpu_seconds(pid)
-        await asyncio.gather(*[_session(client, f"bench-{tag}-{i}", calls // sessions, latencies)
+        await asyncio.gather(*[_session(client, f"bench-{tag}-{i}", calls // sessions, latencies, body)
                                for i in range(sessions)])
         elapsed, cpu = time.perf_counter() - start, cpu_seconds(pid) - cpu
     finally:
@@ -170,15 +187,15 @@ def cpu_seconds(pid: int | None) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def run_rounds(targets: dict[str, tuple[str, int | None]], calls: int,
-               rounds: int) -> dict[tuple[str, int], dict[str, float]]:
+def run_rounds(targets: dict[str, tuple[str, int | None]], calls: int, rounds: int,
+               body: bytes) -> dict[tuple[str, int], dict[str, float]]:
     """Per (target, sessions): each metric's median over the rounds. `targets`: name -> (URL, proxy pid)."""
     runs: dict[tuple[str, int], list[dict[str, float]]] = {}
     for number in range(rounds):
         for sessions in CONCURRENCY:
             for target in TARGETS:
                 url, pid = targets[target]
-                result = asyncio.run(measure(url, calls, sessions, f"{number}-{sessions}", pid))
+                result = asyncio.run(measure(url, calls, sessions, f"{number}-{sessions}", pid, body))
                 runs.setdefault((target, sessions), []).append(result)
     return {key: {m: statistics.median(r[m] for r in results) for m in results[0]}
             for key, results in runs.items()}
@@ -213,15 +230,19 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--calls", type=int, default=1000)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--request-kb", type=int, default=0,
+                        help="send an agent-shaped request with a system prompt of about this many KB")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp, fast_upstream() as direct, \
             start_mitmdump(direct, Path(tmp)) as bare, \
             start_gateway(Path(tmp) / "store", "--upstream", direct, "--served-model", "tiny") as gateway:
         targets = {"direct": (direct, None), "mitmdump": (bare.url, bare.process.pid),
                    "gateway": (gateway.url, gateway.process.pid)}
-        stats = run_rounds(targets, args.calls, args.rounds)
+        body = dump_bytes(agent_request(args.request_kb))
+        stats = run_rounds(targets, args.calls, args.rounds, body)
         recorded = len(list((Path(tmp) / "store" / "completions").rglob("*.parquet")))
     print(f"completion files recorded by the gateway: {recorded}")
+    print(f"request body: {len(body)} bytes")
     print_report(stats, args.calls, args.rounds)
 
 
