@@ -39,7 +39,7 @@ def check_depth(value: object, limit: int = MAX_DEPTH) -> None:
         depth += 1
         if depth > limit:
             raise BodyError(_too_deep(limit))
-        below: list[object] = []
+        below: list[dict | list] = []
         for node in level:
             children = node.values() if isinstance(node, dict) else node
             below.extend(child for child in children if isinstance(child, dict | list))

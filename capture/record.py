@@ -56,7 +56,7 @@ class Call:
     status: str = "ok"
     http_status: int = 200
     error: str | None = None
-    upstream_body: dict | None = None
+    upstream_body: object = None  # a failed call's upstream answer: its JSON value, or its text
     upstream_ms: float | None = None
     labels: dict = field(default_factory=dict)  # task_id / policy_version named by the caller
     harness_ids: dict = field(default_factory=dict)  # the harness's own session / sub-agent ids
@@ -75,11 +75,11 @@ def build_row(call: Call, capture_mode: str = "live", redactor: Redactor = DEFAU
         error=call.error, upstream_ms=call.upstream_ms, gateway_ms=(time.perf_counter() - call.started) * 1000,
         **call.labels,
     )
-    answered = call.capture is not None and call.status in ANSWERED
-    if answered:
-        row.update(_token_columns(call.capture))
+    capture = call.capture if call.status in ANSWERED else None
+    if capture is not None:
+        row.update(_token_columns(capture))
     bodies = {"request_json": call.request_body,
-              "chat_response_json": call.capture.body if answered else call.upstream_body,
+              "chat_response_json": capture.body if capture is not None else call.upstream_body,
               "response_json": call.response_body, "metadata_json": _metadata(call, capture_mode)}
     row.update({name: redactor.text(row[name]) for name in _TEXT_COLUMNS if row[name] is not None})
     storable = {name: escape_surrogates(v) if isinstance(v, str) else v for name, v in row.items()}

@@ -12,6 +12,7 @@ import copy
 import json
 import time
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from tracetap.capture import answer_fields as fields
 from tracetap.capture.answer_fields import InvalidAnswer
@@ -28,7 +29,7 @@ NO_CHOICES = "upstream sent no choices"
 STREAMED = "upstream answered a non-streaming call with an SSE stream"
 _PASSED_HEADERS = ("retry-after",)  # upstream error headers the caller gets too (when to retry a 429)
 
-__all__ = ["InvalidAnswer", "TokenCapture", "UpstreamClient", "UpstreamError", "UpstreamResult",
+__all__ = ["InvalidAnswer", "TokenCapture", "Upstream", "UpstreamClient", "UpstreamError", "UpstreamResult",
            "parse_chat_response", "parse_chat_stream", "with_token_flags"]
 
 
@@ -71,6 +72,24 @@ class UpstreamResult:
     ms: float
     metadata: dict = field(default_factory=dict)  # added to the record's metadata_json (replay provenance)
     reply_as: tuple[str, int] | None = None  # (completion id, created) the reply shows; None: the call's own
+
+
+class Upstream(Protocol):
+    """What the gateway service calls: the live engine (`UpstreamClient`) or a recorded store
+    (capture/replay.py `ReplayUpstream`). Used inside one event loop."""
+
+    models: list[str]  # the names it serves, as far as known
+    served_model: str | None  # the name other requested names map to
+
+    async def discover(self) -> list[str]: ...
+
+    async def resolve_model(self, requested: str | None) -> str | None: ...
+
+    async def chat(self, chat_request: dict, session_id: str | None = None) -> UpstreamResult: ...
+
+    async def tokenize(self, chat_request: dict) -> int: ...
+
+    async def aclose(self) -> None: ...
 
 
 def with_token_flags(chat_request: dict, kind: str = "vllm") -> dict:
@@ -141,7 +160,7 @@ def fold_chat_stream(sse_text: str) -> dict:
     even when its delta is empty.
     """
     folded: dict = {"object": "chat.completion", "choices": []}
-    choice = {"index": 0, "message": {"role": "assistant", "content": None}, "logprobs": None,
+    choice: dict = {"index": 0, "message": {"role": "assistant", "content": None}, "logprobs": None,
               "finish_reason": None, "stop_reason": None, "token_ids": None}
     calls: dict[int, dict] = {}
     for chunk in _sse_payloads(sse_text):
