@@ -13,12 +13,14 @@ import json
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import duckdb
 from tracetap.evaluators.base import EvalInput, EvalResult, EvaluatorError, create, evaluator_name
 from tracetap.evaluators.runtime import EvalRuntime
 from tracetap.store import connect, validate_session_id, write_session_table
+
+if TYPE_CHECKING:
+    from tracetap.store.connection import StoreConnection  # what tracetap.store.connect() returns
 
 DEFAULT_BUILDER = "prefix_merging"
 
@@ -46,11 +48,13 @@ class SessionScore:
     path: Path
 
 
-def _rows(con: duckdb.DuckDBPyConnection, sql: str, params: dict) -> list[dict]:
-    return con.sql(sql, params=params).to_arrow_table().to_pylist()
+def _rows(con: StoreConnection, sql: str, params: dict) -> list[dict]:
+    relation = con.sql(sql, params=params)
+    assert relation is not None  # a SELECT always has a result
+    return relation.to_arrow_table().to_pylist()
 
 
-def session_rows(con: duckdb.DuckDBPyConnection, session_ids: list[str] | None) -> list[dict]:
+def session_rows(con: StoreConnection, session_ids: list[str] | None) -> list[dict]:
     """Session rows to score (all, or the given ids; an unknown id is an error)."""
     sessions = _rows(con, "SELECT * FROM sessions ORDER BY session_id", {})
     if session_ids is None:
@@ -75,7 +79,7 @@ def workspace_for(session: dict, workspace_root: Path | None) -> Path | None:
     return Path(workspace) if isinstance(workspace, str) and workspace else None
 
 
-def session_data(con: duckdb.DuckDBPyConnection, sid: str, builder: str) -> tuple[list[dict], list[dict]]:
+def session_data(con: StoreConnection, sid: str, builder: str) -> tuple[list[dict], list[dict]]:
     """(completion rows by seq, trajectory rows of `builder` by trace_index) of one session."""
     completions = _rows(con, "SELECT * FROM completions WHERE session_id = $sid ORDER BY seq", {"sid": sid})
     trajectory = _rows(con, "SELECT * FROM trajectories WHERE session_id = $sid AND builder = $builder "
