@@ -51,6 +51,7 @@ class Call:
     session_source: str = "default"
     served_model: str | None = None
     chat_request: dict | None = None  # what went upstream, already redacted (the service sends no secret)
+    chat_request_json: str | None = None  # `chat_request` as the JSON text sent, when the upstream kept it
     capture: TokenCapture | None = None
     response_body: dict | None = None
     status: str = "ok"
@@ -85,7 +86,8 @@ def build_row(call: Call, capture_mode: str = "live", redactor: Redactor = DEFAU
     storable = {name: escape_surrogates(v) if isinstance(v, str) else v for name, v in row.items()}
     storable.update({name: _storable(row[name]) for name in _NESTED_TEXT})
     storable.update({name: _json(redactor.redact(value)) for name, value in bodies.items()})
-    storable["chat_request_json"] = _json(call.chat_request)  # `dumps` escapes: JSON text is stored as it is
+    # `dumps` escapes: JSON text is stored as it is, and the text sent upstream is not encoded twice
+    storable["chat_request_json"] = call.chat_request_json or _json(call.chat_request)
     return storable
 
 

@@ -328,6 +328,7 @@ def _translate(adapter: Adapter, data: dict, ctx: RequestContext) -> dict:
 def _answered(call: Call, result: UpstreamResult) -> None:
     """What the upstream's answer tells the record; problems make the call `degraded`."""
     call.chat_request, call.capture, call.upstream_ms = result.request, result.capture, result.ms
+    call.chat_request_json = result.request_json
     call.served_model = result.body.get("model") or call.served_model
     call.metadata = result.metadata
     if result.capture.problems:

@@ -18,7 +18,7 @@ from tracetap.capture import answer_fields as fields
 from tracetap.capture.answer_fields import InvalidAnswer
 from tracetap.capture.http1 import Pool, Response
 from tracetap.capture.json_body import parse_body
-from tracetap.capture.jsontext import dump_bytes
+from tracetap.capture.jsontext import dump_bytes, dumps
 
 KINDS = ("vllm", "sglang")
 SESSION_HEADER = "x-tracetap-session"
@@ -72,6 +72,7 @@ class UpstreamResult:
     ms: float
     metadata: dict = field(default_factory=dict)  # added to the record's metadata_json (replay provenance)
     reply_as: tuple[str, int] | None = None  # (completion id, created) the reply shows; None: the call's own
+    request_json: str | None = None  # `request` as the JSON text sent, when it was sent (stored as is)
 
 
 class Upstream(Protocol):
@@ -306,13 +307,15 @@ class UpstreamClient:
         sent = with_token_flags(chat_request, self.kind)
         headers = {SESSION_HEADER: session_id} if session_id else {}
         started = time.perf_counter()
+        text = dumps(sent)  # encoded once: the body sent and the stored `chat_request_json`
         try:
-            response = await self._post("/v1/chat/completions", sent, headers)
+            response = await self._post("/v1/chat/completions", text.encode("utf-8"), headers)
             result = _result(sent, response, self.kind)
         except UpstreamError as exc:
             exc.request = sent
             raise
         result.ms = (time.perf_counter() - started) * 1000
+        result.request_json = text
         return result
 
     async def tokenize(self, chat_request: dict) -> int:
@@ -320,7 +323,7 @@ class UpstreamClient:
         keys = ("model", "messages", "tools", "chat_template_kwargs")
         payload = {k: chat_request[k] for k in keys if k in chat_request}
         payload["add_generation_prompt"] = True
-        response = await self._post("/tokenize", payload, {})
+        response = await self._post("/tokenize", dump_bytes(payload), {})
         try:
             return fields.count(_decode(response)[0].get("count"), "count") or 0
         except InvalidAnswer as exc:
@@ -330,8 +333,7 @@ class UpstreamClient:
     async def aclose(self) -> None:
         await self._pool.aclose()
 
-    async def _post(self, path: str, payload: dict, headers: dict) -> Response:
-        body = dump_bytes(payload)
+    async def _post(self, path: str, body: bytes, headers: dict) -> Response:
         try:
             return await self._pool.request("POST", path, body, {**JSON_HEADERS, **headers}, self.timeout)
         except TimeoutError as exc:
