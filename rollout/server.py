@@ -114,7 +114,7 @@ def _query_routes(app: FastAPI, store: Path) -> None:
 async def _status(app: FastAPI) -> dict:
     manager = _manager(app)
     nodes = await manager.pool.stats()
-    running = [tid for tid, run in manager.runs.items() if run.runner is None or not run.runner.done()]
+    running = [tid for tid, run in manager.runs.items() if not run.runner.done()]
     return {"nodes": [{**s.model_dump(), "total_sessions": s.total_sessions, "admission_limit": s.admission_limit}
                       for s in nodes], "running_tasks": running}
 
