@@ -14,3 +14,4 @@ test: setup
 
 lint: setup
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/python scripts/typecheck.py

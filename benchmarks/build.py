@@ -57,7 +57,9 @@ def _peak_rss_mb() -> float:
 def _query(sql: str, files: list[str]) -> tuple:
     """The one row of `sql` over the Parquet `files` (a fresh in-memory connection)."""
     with duckdb.connect() as con:
-        return con.execute(sql, [files]).fetchone()
+        row = con.execute(sql, [files]).fetchone()
+    assert row is not None  # an aggregate always has its one row
+    return row
 
 
 def _completion_files(root: Path) -> list[str]:

@@ -17,7 +17,7 @@ from tracetap.capture.content_coding import too_large
 from tracetap.capture.redact import Redactor
 from tracetap.capture.replay import RecordedStore, ReplayUpstream
 from tracetap.capture.service import FALLBACK_API, MAX_BODY, GatewayService, Reply, caller_api, error_reply
-from tracetap.capture.upstream import UpstreamClient
+from tracetap.capture.upstream import Upstream, UpstreamClient
 from tracetap.store import StoreWriter
 
 logger = logging.getLogger("tracetap.gateway")
@@ -81,9 +81,10 @@ class Gateway:
         if self.settings is None:
             raise RuntimeError("the tracetap gateway needs the tracetap_store option")
         s = self.settings
-        upstream = UpstreamClient(s.upstream, s.upstream_kind, s.timeout, s.served_model)
+        client = UpstreamClient(s.upstream, s.upstream_kind, s.timeout, s.served_model)
+        upstream: Upstream = client
         if s.replay is not None:
-            upstream = ReplayUpstream(RecordedStore(s.replay), upstream, s.replay_miss, s.replay_session,
+            upstream = ReplayUpstream(RecordedStore(s.replay), client, s.replay_miss, s.replay_session,
                                       s.replay_ignore)
         self.service = GatewayService(StoreWriter(s.store), upstream, s.max_body, Redactor(s.redact_keys))
         await upstream.discover()

@@ -11,6 +11,7 @@ as a problem, so the call is kept (`degraded`) but never trained on.
 from __future__ import annotations
 
 import json
+from typing import TypeGuard
 
 INT32_MAX = 2**31 - 1
 
@@ -19,7 +20,7 @@ class InvalidAnswer(ValueError):
     """An upstream answer the gateway cannot use; the message says which field and why."""
 
 
-def is_int(value: object) -> bool:
+def is_int(value: object) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
@@ -53,9 +54,9 @@ def text(value: object, where: str) -> str | None:
 
 def stop_reason(value: object) -> str | int | None:
     """vLLM's `stop_reason`: the matched stop string, the stop token id, or None."""
-    if value is not None and not isinstance(value, str) and not is_int(value):
-        raise InvalidAnswer(f"choices[0].stop_reason must be a string or a token id, got {_shown(value)}")
-    return value
+    if value is None or isinstance(value, str) or is_int(value):
+        return value
+    raise InvalidAnswer(f"choices[0].stop_reason must be a string or a token id, got {_shown(value)}")
 
 
 def mapping(value: object, where: str) -> dict:
@@ -114,9 +115,9 @@ def aligned_logprobs(entries: object, ids: list[int] | None) -> tuple[list[float
     return [float(v) for v in values], None
 
 
-def top_logprobs(entries: list[dict]) -> list[list[dict]] | None:
+def top_logprobs(entries: list[dict] | None) -> list[list[dict]] | None:
     """The alternatives of aligned entries, or None when none has any (or they are malformed)."""
-    if not any(e.get("top_logprobs") for e in entries):
+    if not entries or not any(e.get("top_logprobs") for e in entries):
         return None
     try:
         return [[_top_entry(top) for top in objects(e.get("top_logprobs"), "top_logprobs")] for e in entries]

@@ -36,7 +36,8 @@ class LruDict(Generic[K, V]):
         """The entry for `key`, made by `make()` when there is none."""
         if key not in self._items:
             self[key] = make()
-        return self.get(key)
+        self._items.move_to_end(key)
+        return self._items[key]
 
     def __setitem__(self, key: K, value: V) -> None:
         self._items[key] = value

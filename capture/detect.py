@@ -81,11 +81,11 @@ def _post(path: str, headers: Mapping[str, str], body: object) -> Route | None:
         api, endpoint = _FIXED_POSTS[path]
         return Route(api, endpoint, _body_model(body), _body_stream(body) and endpoint == GENERATE)
     if match := _GEMINI_CALL.match(path):
-        endpoint = _GEMINI_VERBS.get(match.group(3))
-        if endpoint is None:
+        verb = _GEMINI_VERBS.get(match.group(3))
+        if verb is None:
             return None
         stream = match.group(3) == "streamGenerateContent"
-        return Route(GEMINI, endpoint, _gemini_model(match.group(2)), stream)
+        return Route(GEMINI, verb, _gemini_model(match.group(2)), stream)
     if path == "/sessions":
         return Route(plausible_api(path, headers, body), SESSION_REGISTER)
     if match := _SESSION_CLOSE.match(path):

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import h11
 from mitmproxy import http
@@ -42,7 +43,7 @@ def install(render: Render) -> None:
     _patched.installed = True
     _http1.make_error_response = _error_without_request
     _http1.make_body_reader = _reader_without_trailers(_http1.make_body_reader)
-    _http1.Http1Server.send = _server_send(_http1.Http1Server.send)
+    _http1.Http1Server.send = _server_send(_http1.Http1Server.send)  # type: ignore[method-assign]
 
 
 def assemble(request: http.Request | None, response: http.Response) -> bytes:
@@ -52,9 +53,9 @@ def assemble(request: http.Request | None, response: http.Response) -> bytes:
     return http1.assemble_response(response)
 
 
-def _error_without_request(status: int, message: str = "") -> bytes:
+def _error_without_request(status_code: int, message: str = "") -> bytes:
     """mitmproxy calls this when the request head itself is malformed."""
-    response = _patched.render(None, status, message)
+    response = _patched.render(None, status_code, message)
     response.headers["connection"] = "close"
     return assemble(None, response)
 
@@ -88,7 +89,7 @@ def _answers_head(server: _http1.Http1Server) -> bool:
 class _TrailerlessReader:
     """A chunked-body reader whose end of message carries no trailers."""
 
-    def __init__(self, reader: Callable):
+    def __init__(self, reader: Any):  # mitmproxy's ChunkedReader
         self.reader = reader
 
     def __call__(self, buf: object) -> h11.Data | h11.EndOfMessage | None:
@@ -98,7 +99,7 @@ class _TrailerlessReader:
         return _drop_trailers(self.reader.read_eof())
 
 
-def _drop_trailers(event: object) -> object:
+def _drop_trailers(event: h11.Data | h11.EndOfMessage | None) -> h11.Data | h11.EndOfMessage | None:
     return h11.EndOfMessage() if isinstance(event, h11.EndOfMessage) and event.headers else event
 
 

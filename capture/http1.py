@@ -60,6 +60,7 @@ class _Connection:
                 chunks.append(bytes(event.data))
             elif isinstance(event, h11.EndOfMessage):
                 break
+        assert head is not None  # h11 gives the response head before its end
         headers = {name.decode().lower(): value.decode("latin-1") for name, value in head.headers}
         return Response(head.status_code, headers, b"".join(chunks))
 

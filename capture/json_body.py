@@ -31,16 +31,19 @@ def parse_body(raw: bytes | str) -> object:
 
 
 def check_depth(value: object, limit: int = MAX_DEPTH) -> None:
-    """Raises BodyError when arrays and objects nest deeper than `limit` (walked without recursion)."""
-    level: list[tuple[object, int]] = [(value, 1)]
+    """Raises BodyError when arrays and objects nest deeper than `limit` (walked level by level, without
+    recursion; only containers are queued, so long arrays of numbers cost one pass of isinstance)."""
+    level = [value] if isinstance(value, dict | list) else []
+    depth = 0
     while level:
-        node, depth = level.pop()
-        children = node.values() if isinstance(node, dict) else node if isinstance(node, list) else None
-        if children is None:
-            continue
+        depth += 1
         if depth > limit:
             raise BodyError(_too_deep(limit))
-        level.extend((child, depth + 1) for child in children)
+        below: list[dict | list] = []
+        for node in level:
+            children = node.values() if isinstance(node, dict) else node
+            below.extend(child for child in children if isinstance(child, dict | list))
+        level = below
 
 
 def _too_deep(limit: int = MAX_DEPTH) -> str:

@@ -23,9 +23,13 @@ def escape_surrogates(text: str) -> str:
 def dumps(value: object) -> str:
     """Compact JSON, non-ASCII kept, lone surrogates escaped (the escape is valid inside a JSON string);
     never NaN or Infinity, which are not JSON (bodies are parsed strictly, so none should get here)."""
-    return escape_surrogates(json.dumps(value, ensure_ascii=False, allow_nan=False, separators=(",", ":")))
+    return escape_surrogates(_encode(value))
 
 
 def dump_bytes(value: object) -> bytes:
-    """`dumps` as UTF-8 bytes: a body the gateway sends, upstream or to the caller."""
-    return dumps(value).encode("utf-8")
+    """`dumps` as UTF-8 bytes, encoded once: a body the gateway sends, upstream or to the caller."""
+    return _encode(value).encode("utf-8", "backslashreplace")
+
+
+def _encode(value: object) -> str:
+    return json.dumps(value, ensure_ascii=False, allow_nan=False, separators=(",", ":"))

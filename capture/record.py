@@ -3,7 +3,8 @@
 Every stored text column (the JSON bodies, `path`, `error`, `metadata_json`) goes through one
 redaction (capture/redact.py); headers are never stored, only the user agent and a harness guess in
 `metadata_json`. `chat_request_json` is exactly what went upstream, token flags
-(`return_token_ids`, `logprobs`, ...) included, so a call can be replayed as it was made. Strings
+(`return_token_ids`, `logprobs`, ...) included, so a call can be replayed as it was made; it was
+redacted before it was sent, so it is not redacted again here. Strings
 that have no UTF-8 form (lone surrogates) are stored as `\\udXXX` escapes, never dropped. Only `ok`
 and `degraded` calls carry tokens; failed calls keep their status, error and the upstream's body.
 """
@@ -49,13 +50,14 @@ class Call:
     user_agent: str | None = None
     session_source: str = "default"
     served_model: str | None = None
-    chat_request: dict | None = None
+    chat_request: dict | None = None  # what went upstream, already redacted (the service sends no secret)
+    chat_request_json: str | None = None  # `chat_request` as the JSON text sent, when the upstream kept it
     capture: TokenCapture | None = None
     response_body: dict | None = None
     status: str = "ok"
     http_status: int = 200
     error: str | None = None
-    upstream_body: dict | None = None
+    upstream_body: object = None  # a failed call's upstream answer: its JSON value, or its text
     upstream_ms: float | None = None
     labels: dict = field(default_factory=dict)  # task_id / policy_version named by the caller
     harness_ids: dict = field(default_factory=dict)  # the harness's own session / sub-agent ids
@@ -74,16 +76,18 @@ def build_row(call: Call, capture_mode: str = "live", redactor: Redactor = DEFAU
         error=call.error, upstream_ms=call.upstream_ms, gateway_ms=(time.perf_counter() - call.started) * 1000,
         **call.labels,
     )
-    answered = call.capture is not None and call.status in ANSWERED
-    if answered:
-        row.update(_token_columns(call.capture))
-    bodies = {"request_json": call.request_body, "chat_request_json": call.chat_request,
-              "chat_response_json": call.capture.body if answered else call.upstream_body,
+    capture = call.capture if call.status in ANSWERED else None
+    if capture is not None:
+        row.update(_token_columns(capture))
+    bodies = {"request_json": call.request_body,
+              "chat_response_json": capture.body if capture is not None else call.upstream_body,
               "response_json": call.response_body, "metadata_json": _metadata(call, capture_mode)}
-    row.update({name: _json(redactor.redact(value)) for name, value in bodies.items()})
     row.update({name: redactor.text(row[name]) for name in _TEXT_COLUMNS if row[name] is not None})
     storable = {name: escape_surrogates(v) if isinstance(v, str) else v for name, v in row.items()}
     storable.update({name: _storable(row[name]) for name in _NESTED_TEXT})
+    storable.update({name: _json(redactor.redact(value)) for name, value in bodies.items()})
+    # `dumps` escapes: JSON text is stored as it is, and the text sent upstream is not encoded twice
+    storable["chat_request_json"] = call.chat_request_json or _json(call.chat_request)
     return storable
 
 

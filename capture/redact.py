@@ -16,7 +16,9 @@ from __future__ import annotations
 import functools
 import re
 from collections.abc import Iterable
+from typing import Any, TypeVar
 
+T = TypeVar("T")
 MASK = "[redacted]"
 SECRET_NAMES = frozenset({
     "key", "sig", "auth", "token", "bearer", "cookie", "passwd", "password", "secret", "credentials",
@@ -50,10 +52,10 @@ class Redactor:
         name = normalize_key(key)
         return name in self.names or name.endswith(SECRET_SUFFIXES)
 
-    def redact(self, value: object) -> object:
-        """A masked copy of `value` (the input is never changed)."""
-        top = [value]
-        pending: list[tuple[list | dict, int | str, bool]] = [(top, 0, False)]
+    def redact(self, value: T) -> T:
+        """A masked copy of `value`, of the same shape (the input is never changed)."""
+        top: list[Any] = [value]
+        pending: list[tuple[Any, Any, bool]] = [(top, 0, False)]  # (list or dict, its index or key, ...)
         while pending:
             parent, slot, names_fields = pending.pop()
             item = parent[slot]
@@ -101,6 +103,6 @@ class Redactor:
 DEFAULT = Redactor()
 
 
-def redact(value: object) -> object:
+def redact(value: T) -> T:
     """`value` masked with the built-in key names only."""
     return DEFAULT.redact(value)

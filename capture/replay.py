@@ -1,6 +1,6 @@
 """Replay mode (`tracetap gateway --replay STORE`): answer from recorded completions, not from a model.
 
-`ReplayUpstream` has `UpstreamClient`'s interface, so the gateway service treats it as one more
+`ReplayUpstream` is an `Upstream` (the Protocol in capture/upstream.py), so the gateway service treats it as one more
 upstream: the service binds the session, translates the request with the caller's adapter, asks
 `chat()`, renders the answer in the caller's API and stream mode, and records it. Here:
 
@@ -214,7 +214,9 @@ def explain_miss(recording: Recording, wanted: dict, copies: int) -> dict:
     if not recording.entries:
         reason = f"{where} has no recorded completions"
         return {"session_id": recording.session_id, "reason": reason, "closest": None, "differences": []}
-    entry, found = closest(wanted, ((e, e.request) for e in recording.entries))
+    best = closest(wanted, ((e, e.request) for e in recording.entries))
+    assert best is not None  # the recording has entries
+    entry, found = best
     reason = (f"no recorded completion in {where} matches this request; the closest is seq {entry.seq} "
               f"({entry.completion_id}), {len(found)} difference(s)")
     return {"session_id": recording.session_id, "reason": reason,

@@ -27,11 +27,14 @@ import copy
 import hashlib
 import json
 from collections.abc import Iterable, Sequence
+from typing import Any, TypeVar, cast
 
 from tracetap.capture.redact import redact
 
 VOLATILE = ("model", "stream", "stream_options", "metadata", "user", "logprobs", "return_token_ids",
             "return_prompt_token_ids", "return_meta_info")
+T = TypeVar("T")
+L = TypeVar("L")  # what labels a candidate of `closest`
 WILDCARD = "*"
 _SHOWN = 80  # characters of a value shown in a difference
 
@@ -63,11 +66,11 @@ def check_ignore_path(path: str) -> str:
     return path
 
 
-def _without_nulls(value: object) -> object:
+def _without_nulls(value: T) -> T:
     if isinstance(value, dict):
-        return {k: _without_nulls(v) for k, v in value.items() if v is not None}
+        return cast(T, {k: _without_nulls(v) for k, v in value.items() if v is not None})
     if isinstance(value, list):
-        return [_without_nulls(v) for v in value]
+        return cast(T, [_without_nulls(v) for v in value])
     return value
 
 
@@ -104,7 +107,7 @@ def _json_or_text(text: str) -> object:
         return text
 
 
-def _drop(value: object, parts: list[str]) -> None:
+def _drop(value: Any, parts: list[str]) -> None:
     """Remove what `parts` names: a dict key goes away, a list item becomes null (indexes stay put)."""
     head, rest = parts[0], parts[1:]
     for key in _children(value, head):
@@ -155,9 +158,9 @@ def _dict_differences(recorded: dict, incoming: dict, path: str) -> list[str]:
     return found
 
 
-def closest(incoming: dict, candidates: Iterable[tuple[object, dict]]) -> tuple[object, list[str]] | None:
+def closest(incoming: dict, candidates: Iterable[tuple[L, dict]]) -> tuple[L, list[str]] | None:
     """The candidate (label, canonical request) with the fewest differences; the first one on ties."""
-    best = None
+    best: tuple[L, list[str]] | None = None
     for label, recorded in candidates:
         found = differences(recorded, incoming)
         if best is None or len(found) < len(best[1]):

@@ -22,8 +22,8 @@ from datetime import UTC, datetime
 
 from tracetap.capture import content_coding
 from tracetap.capture import detect as routes
-from tracetap.capture.adapters import ADAPTERS
-from tracetap.capture.adapters.base import AdapterError, RequestContext
+from tracetap.capture.adapters import ADAPTERS, MODEL_LISTERS, TOKEN_COUNTERS
+from tracetap.capture.adapters.base import Adapter, AdapterError, RequestContext
 from tracetap.capture.bounded import RecentSet
 from tracetap.capture.json_body import BodyError, parse_body
 from tracetap.capture.jsontext import dump_bytes
@@ -31,8 +31,8 @@ from tracetap.capture.record import Call, build_row, display_path
 from tracetap.capture.redact import DEFAULT, Redactor
 from tracetap.capture.registration import RegistrationError, parse_registration
 from tracetap.capture.sessions import SessionError, bind, harness_ids, labels, split_prefix
-from tracetap.capture.upstream import NO_CHOICES, UpstreamClient, UpstreamError, UpstreamResult
-from tracetap.store import InvalidSessionId, validate_session_id
+from tracetap.capture.upstream import NO_CHOICES, Upstream, UpstreamError, UpstreamResult
+from tracetap.store import InvalidSessionId, StoreWriter, validate_session_id
 
 logger = logging.getLogger("tracetap.gateway")
 
@@ -45,7 +45,8 @@ EXPLICIT_SOURCES = ("path", "header", "query")  # ids a harness named, so later 
 # UpstreamError kind -> error kind of the reply (else upstream_unreachable), and -> recorded status
 _UPSTREAM_KINDS = {"timeout": "timeout", "http": "upstream_error", "replay_miss": "not_found"}
 _FAILED_STATUS = {"timeout": "timeout", "replay_miss": "client_error"}  # else upstream_error
-_UNRECORDED = {routes.PROBE: "probe", routes.MODELS: "models", routes.COUNT_TOKENS: "count_tokens"}
+_UNRECORDED: dict[str | None, str] = {routes.PROBE: "probe", routes.MODELS: "models",
+                                      routes.COUNT_TOKENS: "count_tokens"}
 
 
 class Reject(Exception):
@@ -86,7 +87,8 @@ class GatewayService:
     as registered: an API key equal to one binds to it (DESIGN §4); the most recent
     MAX_REGISTERED of them are kept."""
 
-    def __init__(self, writer, upstream: UpstreamClient, max_body: int = MAX_BODY, redactor: Redactor = DEFAULT):
+    def __init__(self, writer: StoreWriter, upstream: Upstream, max_body: int = MAX_BODY,
+                 redactor: Redactor = DEFAULT):
         self.writer = writer
         self.upstream = upstream
         self.max_body = max_body
@@ -194,9 +196,9 @@ class GatewayService:
             return Reply(200, dump_bytes(call.response_body), {"content-type": JSON_TYPE, **headers})
         return Reply(200, b"".join(events), {**SSE_HEADERS, **headers})
 
-    async def _no_answer(self, call: Call, adapter) -> Reply:
+    async def _no_answer(self, call: Call, adapter: Adapter) -> Reply:
         call.http_status = 502
-        call.response_body = adapter.error_body(502, call.error, "upstream_error")
+        call.response_body = adapter.error_body(502, call.error or NO_CHOICES, "upstream_error")
         await self._record(call)
         return Reply(502, dump_bytes(call.response_body))
 
@@ -209,7 +211,7 @@ class GatewayService:
             extra={"request": data, "session_id": binding.session_id},
         )
 
-    async def _upstream_failed(self, call: Call, adapter, exc: UpstreamError) -> Reply:
+    async def _upstream_failed(self, call: Call, adapter: Adapter, exc: UpstreamError) -> Reply:
         kind = _UPSTREAM_KINDS.get(exc.kind, "upstream_unreachable")
         call.status = _FAILED_STATUS.get(exc.kind, "upstream_error")
         call.metadata = exc.metadata
@@ -230,7 +232,8 @@ class GatewayService:
 
     async def _count_tokens(self, request: Request, route: routes.Route, binding, data: dict) -> Reply:
         adapter = _adapter(route.api)
-        if not hasattr(adapter, "count_tokens_body"):
+        counter = TOKEN_COUNTERS.get(route.api)
+        if counter is None:
             raise Reject(404, f"{route.api} has no token-count endpoint", "not_found")
         ctx = await self._context(route, binding, data, request.created_at)
         try:
@@ -238,12 +241,11 @@ class GatewayService:
         except UpstreamError as exc:
             kind = _UPSTREAM_KINDS.get(exc.kind, "upstream_unreachable")
             raise Reject(exc.status, str(exc), kind) from None
-        return Reply(200, dump_bytes(adapter.count_tokens_body(count)))
+        return Reply(200, dump_bytes(counter.count_tokens_body(count)))
 
     async def _models(self, request: Request, route: routes.Route, binding, data: None) -> Reply:
         """The served models in the caller's list shape; any name exists (unknown ones map to the served)."""
-        adapter = ADAPTERS.get(route.api)
-        lister = adapter if hasattr(adapter, "models_body") else ADAPTERS[FALLBACK_API]
+        lister = MODEL_LISTERS.get(route.api) or MODEL_LISTERS[FALLBACK_API]
         if route.target:
             return Reply(200, dump_bytes(lister.model_body(route.target)))
         names = list(self.upstream.models) or list(await self.upstream.discover())
@@ -309,13 +311,13 @@ def error_reply(api: str, status: int, message: str, kind: str) -> Reply:
     return Reply(status, dump_bytes(adapter.error_body(status, message, kind)))
 
 
-def _adapter(api: str):
+def _adapter(api: str) -> Adapter:
     if api not in ADAPTERS:
         raise Reject(404, f"the {api} API is not supported by this gateway yet", "not_found")
     return ADAPTERS[api]
 
 
-def _translate(adapter, data: dict, ctx: RequestContext) -> dict:
+def _translate(adapter: Adapter, data: dict, ctx: RequestContext) -> dict:
     try:
         return adapter.to_chat_request(data, ctx)
     except AdapterError as exc:
@@ -325,6 +327,7 @@ def _translate(adapter, data: dict, ctx: RequestContext) -> dict:
 def _answered(call: Call, result: UpstreamResult) -> None:
     """What the upstream's answer tells the record; problems make the call `degraded`."""
     call.chat_request, call.capture, call.upstream_ms = result.request, result.capture, result.ms
+    call.chat_request_json = result.request_json
     call.served_model = result.body.get("model") or call.served_model
     call.metadata = result.metadata
     if result.capture.problems:

@@ -23,6 +23,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Container, Mapping
 from dataclasses import dataclass
+from typing import TypeGuard
 from urllib.parse import unquote
 
 from tracetap.store import InvalidSessionId, validate_session_id
@@ -66,13 +67,13 @@ def bind(path: str, headers: Mapping[str, str], query: Mapping[str, str],
     found = _assigned(sid, headers, query)
     if found:
         return Binding(_valid(found[0], rest), rest, found[1])
-    bare = key.strip() if key is not None else None  # whitespace in a key that names a session is a 400
-    if bare is not None and (bare in registered or bare.startswith(SESSION_KEY_PREFIX)):
+    bare = (key or "").strip()  # whitespace in a key that names a session is a 400
+    if key is not None and (bare in registered or bare.startswith(SESSION_KEY_PREFIX)):
         return Binding(_valid(key, rest, shown="the API key"), rest, "api_key")
     own = headers.get(HARNESS_SESSION_HEADER)
     if _given(own):
         return Binding(_valid(own, rest), rest, "harness_header")
-    if bare is not None:
+    if key is not None:
         return Binding(key_session_id(bare), rest, "api_key")
     return Binding(DEFAULT_SESSION, rest, "default")
 
@@ -91,7 +92,7 @@ def api_key(headers: Mapping[str, str], query: Mapping[str, str]) -> str | None:
     """The first non-blank API key the client sent, wherever it put it, as sent."""
     auth = headers.get("authorization") or ""
     scheme, _, token = auth.strip().partition(" ")
-    candidates = [token if scheme.lower() == "bearer" else auth]
+    candidates: list[str | None] = [token if scheme.lower() == "bearer" else auth]
     candidates += [headers.get(name) for name in KEY_HEADERS]
     candidates.append(query.get("key"))
     return next((value for value in candidates if _given(value)), None)
@@ -101,7 +102,7 @@ def key_session_id(key: str) -> str:
     return "key-" + hashlib.sha256(key.encode()).hexdigest()[:16]
 
 
-def _given(value: object) -> bool:
+def _given(value: object) -> TypeGuard[str]:
     return isinstance(value, str) and bool(value.strip())
 
 

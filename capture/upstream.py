@@ -12,12 +12,13 @@ import copy
 import json
 import time
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from tracetap.capture import answer_fields as fields
 from tracetap.capture.answer_fields import InvalidAnswer
 from tracetap.capture.http1 import Pool, Response
 from tracetap.capture.json_body import parse_body
-from tracetap.capture.jsontext import dump_bytes
+from tracetap.capture.jsontext import dump_bytes, dumps
 
 KINDS = ("vllm", "sglang")
 SESSION_HEADER = "x-tracetap-session"
@@ -28,7 +29,7 @@ NO_CHOICES = "upstream sent no choices"
 STREAMED = "upstream answered a non-streaming call with an SSE stream"
 _PASSED_HEADERS = ("retry-after",)  # upstream error headers the caller gets too (when to retry a 429)
 
-__all__ = ["InvalidAnswer", "TokenCapture", "UpstreamClient", "UpstreamError", "UpstreamResult",
+__all__ = ["InvalidAnswer", "TokenCapture", "Upstream", "UpstreamClient", "UpstreamError", "UpstreamResult",
            "parse_chat_response", "parse_chat_stream", "with_token_flags"]
 
 
@@ -71,6 +72,25 @@ class UpstreamResult:
     ms: float
     metadata: dict = field(default_factory=dict)  # added to the record's metadata_json (replay provenance)
     reply_as: tuple[str, int] | None = None  # (completion id, created) the reply shows; None: the call's own
+    request_json: str | None = None  # `request` as the JSON text sent, when it was sent (stored as is)
+
+
+class Upstream(Protocol):
+    """What the gateway service calls: the live engine (`UpstreamClient`) or a recorded store
+    (capture/replay.py `ReplayUpstream`). Used inside one event loop."""
+
+    models: list[str]  # the names it serves, as far as known
+    served_model: str | None  # the name other requested names map to
+
+    async def discover(self) -> list[str]: ...
+
+    async def resolve_model(self, requested: str | None) -> str | None: ...
+
+    async def chat(self, chat_request: dict, session_id: str | None = None) -> UpstreamResult: ...
+
+    async def tokenize(self, chat_request: dict) -> int: ...
+
+    async def aclose(self) -> None: ...
 
 
 def with_token_flags(chat_request: dict, kind: str = "vllm") -> dict:
@@ -141,7 +161,7 @@ def fold_chat_stream(sse_text: str) -> dict:
     even when its delta is empty.
     """
     folded: dict = {"object": "chat.completion", "choices": []}
-    choice = {"index": 0, "message": {"role": "assistant", "content": None}, "logprobs": None,
+    choice: dict = {"index": 0, "message": {"role": "assistant", "content": None}, "logprobs": None,
               "finish_reason": None, "stop_reason": None, "token_ids": None}
     calls: dict[int, dict] = {}
     for chunk in _sse_payloads(sse_text):
@@ -287,13 +307,15 @@ class UpstreamClient:
         sent = with_token_flags(chat_request, self.kind)
         headers = {SESSION_HEADER: session_id} if session_id else {}
         started = time.perf_counter()
+        text = dumps(sent)  # encoded once: the body sent and the stored `chat_request_json`
         try:
-            response = await self._post("/v1/chat/completions", sent, headers)
+            response = await self._post("/v1/chat/completions", text.encode("utf-8"), headers)
             result = _result(sent, response, self.kind)
         except UpstreamError as exc:
             exc.request = sent
             raise
         result.ms = (time.perf_counter() - started) * 1000
+        result.request_json = text
         return result
 
     async def tokenize(self, chat_request: dict) -> int:
@@ -301,7 +323,7 @@ class UpstreamClient:
         keys = ("model", "messages", "tools", "chat_template_kwargs")
         payload = {k: chat_request[k] for k in keys if k in chat_request}
         payload["add_generation_prompt"] = True
-        response = await self._post("/tokenize", payload, {})
+        response = await self._post("/tokenize", dump_bytes(payload), {})
         try:
             return fields.count(_decode(response)[0].get("count"), "count") or 0
         except InvalidAnswer as exc:
@@ -311,8 +333,7 @@ class UpstreamClient:
     async def aclose(self) -> None:
         await self._pool.aclose()
 
-    async def _post(self, path: str, payload: dict, headers: dict) -> Response:
-        body = dump_bytes(payload)
+    async def _post(self, path: str, body: bytes, headers: dict) -> Response:
         try:
             return await self._pool.request("POST", path, body, {**JSON_HEADERS, **headers}, self.timeout)
         except TimeoutError as exc:

@@ -102,6 +102,7 @@ class Engine:
         self, request: ChatRequest, prompt: list[int], budget: int, session: str | None,
     ) -> Completion:
         """The session's next scripted reply, tokenized as the template renders it, scored by the model."""
+        assert self.script is not None  # only scripted engines come here
         reply = self.script.next_reply(session, has_tools=request.parse_tools)
         if reply is None:
             raise EngineError(f"No script line matches this request (has_tools={request.parse_tools}).")

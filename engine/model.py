@@ -15,7 +15,7 @@ from typing import Any
 
 from tracetap.engine.cache import build_once, home_dir
 
-CONFIG = {
+CONFIG: dict[str, Any] = {
     "vocab_size": 151936,
     "hidden_size": 64,
     "intermediate_size": 128,

@@ -42,7 +42,7 @@ class EngineServer:
         if self._httpd is None:
             raise RuntimeError("the engine server is not started")
         host, port = self._httpd.server_address[:2]
-        return f"http://{host}:{port}"
+        return f"http://{host!s}:{port}"
 
     def start(self) -> EngineServer:
         """Load the tokenizer and model, then serve on a background thread; returns once listening."""
@@ -54,10 +54,11 @@ class EngineServer:
         return self
 
     def _serve(self) -> None:
+        assert self._httpd is not None  # set before the thread starts
         self._httpd.serve_forever(poll_interval=0.05)  # a short poll makes stop() quick
 
     def stop(self) -> None:
-        if self._httpd is not None:
+        if self._httpd is not None and self._thread is not None:
             self._httpd.shutdown()
             self._httpd.server_close()
             self._thread.join()

@@ -66,7 +66,7 @@ def check_reward(value: object, what: str = "reward") -> float:
 
 def positive_seconds(value: object, what: str) -> float:
     """A config timeout: a positive number of seconds, as float."""
-    if isinstance(value, bool) or not isinstance(value, Real) or not value > 0:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
         raise EvaluatorError(f"{what} must be a positive number of seconds, got {value!r}")
     return float(value)
 

@@ -13,11 +13,14 @@ import json
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tracetap.evaluators.base import EvalInput, EvalResult, EvaluatorError, create, evaluator_name
 from tracetap.evaluators.runtime import EvalRuntime
 from tracetap.store import StoreReader, validate_session_id, write_session_table
+
+if TYPE_CHECKING:
+    pass  # what tracetap.store.connect() returns
 
 DEFAULT_BUILDER = "prefix_merging"
 

@@ -43,8 +43,8 @@ START, END = ">>>>> Start Test Output", ">>>>> End Test Output"
 STATUSES = ("PASSED", "FAILED", "SKIPPED", "ERROR", "XFAIL")
 PASSING = ("PASSED", "XFAIL")
 APPLY_TAIL_CHARS, PATCH_HEAD_CHARS = 8000, 4000
-DEFAULTS = {"repo_dir": "/testbed", "test_command": TEST_COMMAND, "exclude_patterns": [], "apply_timeout": 60.0,
-            "test_timeout": 1200.0}
+DEFAULTS: dict[str, Any] = {"repo_dir": "/testbed", "test_command": TEST_COMMAND, "exclude_patterns": [],
+                            "apply_timeout": 60.0, "test_timeout": 1200.0}
 
 
 # -- the instance -----------------------------------------------------------------------------------------

@@ -18,6 +18,7 @@ import signal
 import subprocess
 import time
 from pathlib import Path
+from typing import Any
 
 from tracetap.evaluators.base import EvalInput, EvalResult, Evaluator, EvaluatorError, decoded_json, refuse_unknown_keys
 
@@ -64,7 +65,7 @@ def _expected_map(value: object) -> dict[str, str]:
     return expected
 
 
-def _timeout(value: object) -> float | None:
+def _timeout(value: Any) -> float | None:  # a config value: any JSON
     if value is None:
         return None
     try:

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     import duckdb
+    from tracetap.store import StoreConnection  # what tracetap.store.connect() returns
 
 QUERY_DIR = Path(__file__).parent
 NAME = re.compile(r"^[a-z][a-z0-9_]{0,63}$")
@@ -101,7 +102,7 @@ def bind(query: NamedQuery, given: dict[str, str]) -> dict[str, Any]:
             for name, param in declared.items()}
 
 
-def run_query(con: duckdb.DuckDBPyConnection, name: str, given: dict[str, str] | None = None):
+def run_query(con: StoreConnection | duckdb.DuckDBPyConnection, name: str, given: dict[str, str] | None = None):
     """Run a named query; returns the DuckDB result (`.fetchall()`, `.description`, `.to_arrow_table()`)."""
     query = load_query(name)
     return con.execute(query.sql, bind(query, given or {}))

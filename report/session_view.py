@@ -106,7 +106,7 @@ class BreakView:
     """Where a segment's prompt left the previous segment's tip, decoded: the shared text just before
     the break, then what the old tip had (`was`) and what the new prompt has (`now`) from there."""
 
-    position: int  # token index in the new prompt
+    position: int | None  # token index in the new prompt (None: the break point did not say)
     seq: int | None  # the call whose prompt was the old tip
     before: str
     was: str
@@ -231,7 +231,7 @@ def _json(text: str | None) -> dict | None:
 
 def _first_message(response: dict | None) -> dict:
     try:
-        message = response["choices"][0]["message"]
+        message = (response or {})["choices"][0]["message"]
     except (TypeError, KeyError, IndexError):
         return {}
     return message if isinstance(message, dict) else {}
@@ -277,7 +277,7 @@ def _break(point: dict | None, decode: Callable[[int], str], seq_of: dict[str, i
     if not isinstance(point, dict):
         return None
     text = {side: "".join(decode(t) for t in point.get(side) or ()) for side in ("before", "was", "now")}
-    return BreakView(position=point.get("position"), seq=seq_of.get(point.get("completion_id")), **text)
+    return BreakView(position=point.get("position"), seq=seq_of.get(str(point.get("completion_id"))), **text)
 
 
 def _drift_kinds(trace_facts: dict) -> dict[str, int]:

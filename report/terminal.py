@@ -8,6 +8,8 @@ below -2) are underlined.
 
 from __future__ import annotations
 
+from typing import Any
+
 import click
 from tracetap.report.session_view import (
     HEAT_FLOORS,
@@ -23,7 +25,7 @@ from tracetap.report.session_view import (
     visible_text,
 )
 
-STYLES = {PROMPT: {"fg": "bright_black"}, TRAIN: {"fg": "black", "bg": "green"},
+STYLES: dict[str, dict[str, Any]] = {PROMPT: {"fg": "bright_black"}, TRAIN: {"fg": "black", "bg": "green"},
           INTER: {"fg": "black", "bg": "yellow"}}
 SHADES = {PROMPT: {"fg": "white"}, TRAIN: {"fg": "black", "bg": "bright_green"},
           INTER: {"fg": "black", "bg": "bright_yellow"}}  # every other token

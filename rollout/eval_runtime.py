@@ -114,11 +114,13 @@ async def session_tools(run: SessionRun, env_for: Callable[[Runtime], Mapping[st
     `<session>/logs/eval`."""
     loop = asyncio.get_running_loop()
     fresh = await run.fresh.ready() if run.fresh is not None else None
-    logs_dir = Path(run.runtime.session_dir) / "logs" / "eval"
+    runtime = run.runtime
+    assert runtime is not None  # evaluation follows the session's run
+    logs_dir = Path(runtime.session_dir) / "logs" / "eval"
     logs_dir.mkdir(parents=True, exist_ok=True)
 
     def bridge(runtime: Runtime) -> RuntimeBridge:
         return RuntimeBridge(runtime, loop, env_for(runtime))
 
-    return SessionTools(runtime=bridge(run.runtime), logs_dir=logs_dir,
+    return SessionTools(runtime=bridge(runtime), logs_dir=logs_dir,
                         fresh_runtime=bridge(fresh) if fresh is not None else None)

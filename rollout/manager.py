@@ -15,6 +15,7 @@ import asyncio
 import logging
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from typing import Literal
 
 from tracetap.rollout import callbacks
 from tracetap.rollout.models import (
@@ -49,7 +50,7 @@ class TaskRun:
     contexts: list[SessionContext]
     where: dict[str, str] = field(default_factory=dict)  # session id -> node id it runs on
     cancelled: bool = False
-    runner: asyncio.Task | None = None
+    runner: asyncio.Task = field(init=False)  # set by `submit` right after the run is made
 
 
 class RolloutManager:
@@ -65,7 +66,7 @@ class RolloutManager:
         self.deliveries: dict[str, asyncio.Task] = {}  # task id -> its callback being delivered
         for record in self.records.values():
             if record.result.callback is not None and record.result.callback.status == "pending":
-                self._send_callback(record)
+                self._send_callback(record, record.result.callback)
 
     def submit(self, request: TaskRequest) -> TaskResult:
         run = self.runs.get(request.task_id)
@@ -144,14 +145,14 @@ class RolloutManager:
             result.callback = CallbackState()
         self.results.save(run.record)  # persisted before the callback, always
         if result.callback is not None:
-            self._send_callback(run.record)
+            self._send_callback(run.record, result.callback)
 
-    def _send_callback(self, record: TaskRecord) -> None:
+    def _send_callback(self, record: TaskRecord, state: CallbackState) -> None:
         """Deliver in the background: the task is over (and answerable) while the receiver is retried."""
         task_id = record.request.task_id
         payload = record.result.model_dump(mode="json", exclude={"callback"})
         self.deliveries[task_id] = asyncio.create_task(callbacks.deliver(
-            str(record.request.callback_url), payload, record.result.callback,
+            str(record.request.callback_url), payload, state,
             lambda: self.results.save(record), self.callback_policy), name=f"callback-{task_id}")
         self.deliveries[task_id].add_done_callback(lambda done: self._delivered(task_id, done))
 
@@ -210,7 +211,7 @@ def _ended(ctx: SessionContext, status: SessionStatus, error: str, node_id: str 
                          node_id=node_id, finished_at=datetime.now(UTC))
 
 
-def _task_status(results: list[SessionResult]) -> str:
+def _task_status(results: list[SessionResult]) -> Literal["completed", "failed"]:
     """`failed` when no session got through; sessions carry their own statuses otherwise."""
     assert all(r.status in TERMINAL for r in results)
     return "failed" if all(r.status == SessionStatus.ERROR for r in results) else "completed"

@@ -14,6 +14,7 @@ if ! command -v debootstrap >/dev/null && [ "$(id -u)" = 0 ] && command -v apt-g
     apt-get install -y -q debootstrap >/dev/null 2>&1 || { apt-get update -q >/dev/null && apt-get install -y -q debootstrap >/dev/null; }
 fi
 "$VENV/bin/ruff" check .
+"$VENV/bin/python" scripts/typecheck.py  # mypy over the tracetap package (pyproject [tool.mypy])
 "$VENV/bin/python" -m pytest -q "$@"
 "$VENV/bin/python" -m pytest -q -m fuzz tests/capture
 "$VENV/bin/python" -m pytest -q -m soak tests/capture/test_gateway_soak.py tests/capture/test_group_commit_crash.py

@@ -16,8 +16,9 @@ import subprocess
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
-TOOLS = [
+TOOLS: list[Any] = [
     {
         "type": "function",
         "function": {
@@ -95,7 +96,7 @@ def run_agent(base_url: str, session_id: str, task: str, workspace: Path, model:
 
     headers = {"x-tracetap-task": task_id} if task_id else None
     client = OpenAI(base_url=base_url, api_key=session_id, max_retries=0, default_headers=headers)
-    messages: list[dict] = [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": task}]
+    messages: list[Any] = [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": task}]
     run = AgentRun(session_id=session_id)
     for _ in range(max_turns):
         reply = client.chat.completions.create(model=model, messages=messages, tools=TOOLS,
@@ -107,6 +108,8 @@ def run_agent(base_url: str, session_id: str, task: str, workspace: Path, model:
             run.final_message = message.content
             return run
         for call in message.tool_calls:
+            if call.type != "function":  # only function tools are declared
+                continue
             run.tool_calls.append(call.function.name)
             output = execute_tool(workspace, call.function.name, call.function.arguments)
             messages.append({"role": "tool", "tool_call_id": call.id, "content": output})

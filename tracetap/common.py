@@ -105,7 +105,7 @@ def _tokenizer():
     return load_tokenizer()
 
 
-def decode(ids: list[int]) -> str:
+def decode(ids: Sequence[int]) -> str:
     """Token ids as text with the embedded engine's Qwen3 tokenizer (the one tracetap builds offline);
     what `decode(ids)` in SQL and the viewers use."""
     return _tokenizer().decode(ids)

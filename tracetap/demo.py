@@ -165,7 +165,7 @@ def summarize(store_dir: Path) -> dict:
 
     cursor = store.connect(store_dir).execute(SUMMARY_SQL)
     names = [d[0] for d in cursor.description]
-    return dict(zip(names, cursor.fetchone(), strict=True))
+    return dict(zip(names, cursor.fetchone() or (), strict=True))
 
 
 def write_html_report(store_dir: Path, out_file: Path) -> Path:

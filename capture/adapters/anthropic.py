@@ -61,7 +61,7 @@ def from_chat_response(chat: dict, ctx: RequestContext) -> dict:
 
 def _content(message: dict, completion_id: str) -> list[dict]:
     """thinking?, text?, tool_use...; never empty (an empty answer is one empty text block)."""
-    blocks = []
+    blocks: list[dict] = []
     if reasoning := reasoning_text(message):
         signature = synthetic_signature(reasoning)
         blocks.append({"type": "thinking", "thinking": reasoning, "signature": signature})
@@ -132,7 +132,7 @@ def _event(kind: str, **fields: object) -> bytes:
 def _block_events(index: int, block: dict) -> list[bytes]:
     """One block as start (empty), its deltas, stop; a thinking block ends with its signature."""
     if block["type"] == "thinking":
-        empty = {"type": "thinking", "thinking": "", "signature": ""}
+        empty: dict = {"type": "thinking", "thinking": "", "signature": ""}
         deltas = [{"type": "thinking_delta", "thinking": block["thinking"]},
                   {"type": "signature_delta", "signature": block["signature"]}]
     elif block["type"] == "tool_use":

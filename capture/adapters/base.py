@@ -8,14 +8,18 @@ OpenAI Chat Completions, the only shape the upstream engine speaks:
     to_sse_events(chat, ctx)          chat response      -> provider SSE stream (list of bytes frames)
     error_body(status, message, kind) error              -> provider error body (dict)
 
-plus `count_tokens_body(n)` for APIs with a token-count endpoint. `chat` is always a complete,
-non-streaming vLLM-style response (`choices[0].message.{content, reasoning|reasoning_content,
-tool_calls}`, `finish_reason`, `stop_reason`, `usage`); streams are synthesized from it.
+plus `count_tokens_body(n)` for APIs with a token-count endpoint (`TokenCounter`) and
+`model_body(name)` / `models_body(names)` for APIs with their own model list (`ModelLister`). `chat` is
+always a complete, non-streaming vLLM-style response (`choices[0].message.{content,
+reasoning|reasoning_content, tool_calls}`, `finish_reason`, `stop_reason`, `usage`); streams are
+synthesized from it. The contract is the `Adapter` Protocol below, which mypy checks every adapter
+module against (capture/adapters/__init__.py).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from tracetap.capture.jsontext import dumps, escape_surrogates
 
@@ -52,6 +56,32 @@ class RequestContext:
     created: int = 0
     path: str = ""
     extra: dict = field(default_factory=dict)  # the gateway passes the harness's body as "request"
+
+
+class Adapter(Protocol):
+    """One provider API (a module of pure functions; parameters are positional)."""
+
+    def to_chat_request(self, body: dict, ctx: RequestContext, /) -> dict: ...
+
+    def from_chat_response(self, chat: dict, ctx: RequestContext, /) -> dict: ...
+
+    def to_sse_events(self, chat: dict, ctx: RequestContext, /) -> list[bytes]: ...
+
+    def error_body(self, status: int, message: str, kind: str, /) -> dict: ...
+
+
+class TokenCounter(Protocol):
+    """An API with a token-count endpoint: the answer for a prompt of `n` tokens."""
+
+    def count_tokens_body(self, n: int, /) -> dict: ...
+
+
+class ModelLister(Protocol):
+    """An API with its own model-list shapes."""
+
+    def model_body(self, name: str, /) -> dict: ...
+
+    def models_body(self, names: list[str], /) -> dict: ...
 
 
 def request_body(ctx: RequestContext) -> dict:

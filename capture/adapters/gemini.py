@@ -23,7 +23,8 @@ __all__ = [
 
 API = "gemini"
 
-_FINISH_REASONS = {"length": "MAX_TOKENS", "content_filter": "SAFETY", "abort": "OTHER"}  # else STOP
+_FINISH_REASONS: dict[str | None, str] = {  # else STOP
+    "length": "MAX_TOKENS", "content_filter": "SAFETY", "abort": "OTHER"}
 _STATUS_NAMES = {
     400: "INVALID_ARGUMENT", 401: "UNAUTHENTICATED", 403: "PERMISSION_DENIED", 404: "NOT_FOUND",
     409: "ABORTED", 413: "INVALID_ARGUMENT", 429: "RESOURCE_EXHAUSTED", 499: "CANCELLED",

@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import json
 import re
+from typing import Any
 
 from tracetap.capture.adapters.base import AdapterError, RequestContext
 from tracetap.capture.adapters.chat_parts import arguments_text
 from tracetap.capture.adapters.schemas import validate
 from tracetap.capture.adapters.schemas.gemini import GenerateRequest
 
-_JSON_TYPES = {
+_JSON_TYPES: dict[str, type | tuple[type, ...]] = {
     "object": dict, "array": list, "string": str, "boolean": bool, "integer": int, "number": (int, float),
 }
 # Keys that carry no content (signatures, media hints): a part holding only these is skipped.
@@ -42,7 +43,7 @@ _SAMPLING = (
 )
 _SCHEMA_CHILDREN = ("items", "anyOf", "oneOf", "allOf", "additionalProperties", "not")
 
-Part = tuple[str, object]  # (kind, parsed value)
+Part = tuple[str, Any]  # (kind, parsed value: its type follows the kind)
 
 
 def to_chat_request(body: dict, ctx: RequestContext) -> dict:
@@ -51,7 +52,7 @@ def to_chat_request(body: dict, ctx: RequestContext) -> dict:
     wrapped = _field(body, "generateContentRequest", "object", "")
     if wrapped is not None and "contents" not in body:  # countTokens' alternative shape
         body = wrapped
-    chat = {"model": ctx.served_model, "messages": _system(body) + _messages(body)}
+    chat: dict = {"model": ctx.served_model, "messages": _system(body) + _messages(body)}
     tools = _tools(body)
     if tools:
         chat["tools"] = tools
@@ -237,7 +238,7 @@ def _answered(response: dict, open_calls: list[tuple[str, str]], fallback: str) 
         open_calls[:] = [call for call in open_calls if call[0] != response["id"]]
         return response["id"]
     named = [call for call in open_calls if call[1] == response["name"]]
-    match = (named or open_calls or [None])[0]
+    match = next(iter(named or open_calls), None)
     if match is None:
         return fallback
     open_calls.remove(match)
@@ -276,7 +277,7 @@ def json_schema(schema):
         return [json_schema(item) for item in schema]
     if not isinstance(schema, dict):
         return schema
-    out = {}
+    out: dict = {}
     for key, value in schema.items():
         if key in ("nullable", "propertyOrdering"):
             continue

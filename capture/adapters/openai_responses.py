@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import json
 import re
+from typing import Any
 
 from tracetap.capture.adapters import openai_chat
 from tracetap.capture.adapters.base import AdapterError, RequestContext
@@ -156,7 +157,7 @@ class _Transcript:
         return self.messages
 
     def _message(self, item: dict, where: str) -> None:
-        role = _ROLES.get(item.get("role"))
+        role = _ROLES.get(item.get("role", ""))
         if role is None:
             raise AdapterError(f"{where}.role must be one of {sorted(_ROLES)}")
         content = _content(item.get("content"), role, where)
@@ -189,7 +190,7 @@ class _Transcript:
         self.messages.append({"role": "tool", "tool_call_id": call_id, "content": text})
         self.images += images
 
-    def _assistant(self, content: str | None) -> dict:
+    def _assistant(self, content: str | list[dict] | None) -> dict:
         message: dict = {"role": "assistant", "content": content}
         if self.reasoning:
             message["reasoning"] = "\n\n".join(self.reasoning)
@@ -331,7 +332,7 @@ def _chat_tool(tool: object, where: str) -> dict | None:
 
 
 def _tool_choice(choice: object, names: set[str]) -> str | dict:
-    if choice in ("auto", "none", "required"):
+    if isinstance(choice, str) and choice in ("auto", "none", "required"):
         return choice
     if not isinstance(choice, dict):
         raise AdapterError("`tool_choice` must be auto, none, required or an object")
@@ -380,7 +381,7 @@ def _response_format(text: dict) -> dict | None:
     raise AdapterError("`text.format.type` must be text, json_object or json_schema")
 
 
-def _typed(obj: dict, key: str, types: type | tuple, where: str = "") -> object:
+def _typed(obj: dict, key: str, types: type | tuple, where: str = "") -> Any:
     """obj[key] if it is absent/null or of the given type(s); a 400 naming the field otherwise."""
     value = obj.get(key)
     allowed = types if isinstance(types, tuple) else (types,)

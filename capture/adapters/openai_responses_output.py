@@ -60,7 +60,10 @@ _SHELL_FIELDS = {
     "local_shell": ("command", ("timeout_ms", "working_directory")),
     "shell": ("commands", ("timeout_ms", "max_output_length")),
 }
-_INCOMPLETE = {"length": "max_output_tokens", "content_filter": "content_filter"}
+_NOTHING_YET: dict[str, dict] = {  # an item's fields before anything is generated, by its type
+    "reasoning": {"summary": [], "encrypted_content": None}, "message": {"content": []},
+    "function_call": {"arguments": ""}, "custom_tool_call": {"input": ""}}
+_INCOMPLETE: dict[str | None, str] = {"length": "max_output_tokens", "content_filter": "content_filter"}
 
 
 def seal_reasoning(text: str) -> str:
@@ -156,8 +159,7 @@ def failed_events(error: dict, ctx: RequestContext) -> list[bytes]:
 def _envelope(ctx: RequestContext, status: str) -> dict:
     """Top-level fields, echoing the harness's request the way the Responses API does."""
     body = request_body(ctx)
-    text = body.get("text") if isinstance(body.get("text"), dict) else {}
-    reasoning = body.get("reasoning") if isinstance(body.get("reasoning"), dict) else {}
+    text, reasoning = (value if isinstance(value, dict) else {} for value in (body.get("text"), body.get("reasoning")))
     return {
         "id": "resp_" + _hex(ctx), "object": "response", "created_at": ctx.created, "status": status,
         "model": ctx.requested_model, "error": None, "incomplete_details": None,
@@ -258,9 +260,7 @@ def _item_events(stream: _Stream, index: int, item: dict) -> None:
 
 def _opening(item: dict) -> dict:
     """The item as first announced: nothing generated yet."""
-    empty = {"reasoning": {"summary": [], "encrypted_content": None},
-             "message": {"content": []}, "function_call": {"arguments": ""},
-             "custom_tool_call": {"input": ""}}.get(item["type"], {})
+    empty = _NOTHING_YET.get(item["type"], {})
     status = {"status": "in_progress"} if "status" in item else {}
     return {**item, **empty, **status}
 

@@ -78,5 +78,6 @@ def build_agent_image(client: docker.DockerClient, log: Log = lambda line: None)
         shutil.copytree(wheels, context / "wheels")
         (context / "tracetap").mkdir()
         for module in (tracetap, tracetap.agent):
-            shutil.copyfile(module.__file__, context / "tracetap" / Path(module.__file__).name)
+            source = Path(str(module.__file__))
+            shutil.copyfile(source, context / "tracetap" / source.name)
         return build_task_image(context, base.tag, client, log)

@@ -69,6 +69,8 @@ class NodeRuntimes:
 
     async def create(self, spec: RuntimeSpec, session_id: str, task_id: str) -> tuple[Runtime, str]:
         """The session's runtime (not started) and the gateway URL as its processes reach it."""
+        if self.gateway_url is None:
+            raise RuntimeUnavailable(f"node {self.node_id}: its runtimes are not started yet")
         if spec.backend == "local":
             return LocalRuntime(self.sessions_root, session_id, spec), self.gateway_url
         if spec.backend not in CONTAINER_BACKENDS:
@@ -76,14 +78,15 @@ class NodeRuntimes:
         # once the node holds the engine's clients, an engine that stopped answering fails the calls themselves
         if spec.backend not in self._hosts and (reason := _engine_missing(spec.backend)) is not None:
             raise RuntimeUnavailable(f"runtime backend {spec.backend!r}: {reason}")
-        return await self._container(spec, session_id, task_id)
+        return await self._container(spec, session_id, task_id, self.gateway_url)
 
-    async def _container(self, spec: RuntimeSpec, session_id: str, task_id: str) -> tuple[Runtime, str]:
+    async def _container(self, spec: RuntimeSpec, session_id: str, task_id: str,
+                         gateway_url: str) -> tuple[Runtime, str]:
         from tracetap.rollout.runtimes.docker import DockerRuntime
         from tracetap.rollout.runtimes.podman import PodmanRuntime
 
         host = self._host(spec.backend)
-        network, url = (None, self.gateway_url) if spec.network == "host" else await host.link(self.gateway_url)
+        network, url = (None, gateway_url) if spec.network == "host" else await host.link(gateway_url)
         labels = {"tracetap.node": self.node_id, "tracetap.session": session_id, "tracetap.task": task_id}
         runtime = PodmanRuntime if spec.backend == "podman" else DockerRuntime
         return runtime(host, self.sessions_root, session_id, spec, labels, network), url

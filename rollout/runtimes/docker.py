@@ -283,4 +283,6 @@ def _only_file(archive: bytes, path: str) -> bytes:
         member = tar.next()
         if member is None or not member.isfile():
             raise IsADirectoryError(f"{path} is not a regular file in the container")
-        return tar.extractfile(member).read()
+        content = tar.extractfile(member)
+        assert content is not None  # a regular file always has content
+        return content.read()

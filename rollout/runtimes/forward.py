@@ -78,6 +78,7 @@ class Forwarder:
 
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
+        assert task is not None  # asyncio runs each connection's callback as a task
         self._links.add(task)
         try:
             await self._link(reader, writer)
@@ -109,6 +110,7 @@ class Forwarder:
 async def _serve_forever(listen: Endpoint, target: Endpoint) -> None:
     forwarder = Forwarder(listen, target)
     await forwarder.start()
+    assert forwarder._server is not None  # start() made it
     await forwarder._server.serve_forever()
 
 

@@ -94,6 +94,7 @@ class LocalRuntime:
                 env=full_env, stdin=asyncio.subprocess.PIPE, stdout=out, stderr=err, start_new_session=True)
         self.groups.add(process.pid)
         record_group(self.session_dir / GROUPS_FILE, process.pid)
+        assert process.stdin is not None  # stdin=PIPE
         process.stdin.write(b"go\n")  # the gate opens; then stdin is at its end, as /dev/null would be
         process.stdin.close()
         return process

@@ -47,7 +47,7 @@ def group_members(pgid: int) -> list[int]:
 def is_alive(pid: int) -> bool:
     """True while `pid` exists and is not a zombie."""
     fields = _stat_fields(Path(f"/proc/{pid}/stat"))
-    return bool(fields) and fields[0] != "Z"
+    return fields is not None and bool(fields) and fields[0] != "Z"
 
 
 def _signal_group(pgid: int, sig: int) -> None:

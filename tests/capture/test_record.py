@@ -7,7 +7,7 @@ import json
 import pytest
 from live import fixture_body, fixture_request
 from tracetap.capture.record import Call, build_row, display_path, harness_hint
-from tracetap.capture.redact import MASK
+from tracetap.capture.redact import MASK, redact
 from tracetap.capture.upstream import parse_chat_response, with_token_flags
 from tracetap.store import TABLES, StoreWriter, connect
 
@@ -41,7 +41,7 @@ def ok_call(name: str = "chat_tools_auto_call", **fields) -> Call:
     call = Call(session_id="run-1", api="openai_chat", path="/v1/chat/completions", stream=False,
                 requested_model="gpt-4o", request_body=request, completion_id="cmpl-abc",
                 user_agent="OpenAI/Python 3.57.0", session_source="header", served_model="tiny",
-                chat_request=with_token_flags({**request, "model": "tiny"}),
+                chat_request=redact(with_token_flags({**request, "model": "tiny"})),  # as the service sends it
                 capture=parse_chat_response(upstream), response_body={"id": "cmpl-abc"}, upstream_ms=12.5)
     for key, value in fields.items():
         setattr(call, key, value)

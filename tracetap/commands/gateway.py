@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -63,11 +64,11 @@ def command(store: Path, listen: tuple[str, int], upstream: str, upstream_kind: 
     if script is not None and upstream != LOCAL:
         raise click.UsageError("--script drives the embedded engine; it cannot be used with --upstream URL")
     replaying = _replay_options(store, replay, replay_session, replay_miss, replay_ignore)
-    limits = {"max_body": max_body} if max_body else {}
+    limits: dict[str, Any] = {"max_body": max_body} if max_body else {}
     engine = _start_engine(script, served_model, max_model_len) if upstream == LOCAL else None
     try:
         url = engine.url if engine else upstream
-        run_gateway(store, *listen, url, upstream_kind, served_model, confdir=home_dir() / "mitmproxy",
+        run_gateway(store, listen[0], listen[1], url, upstream_kind, served_model, confdir=home_dir() / "mitmproxy",
                     on_ready=lambda host, port: _announce(host, port, store, url, upstream_kind, replay),
                     timeout=timeout, idle_seconds=idle_compact, compact_every=_compact_every(idle_compact),
                     redact_keys=list(redact_keys), **limits, **replaying)
@@ -77,7 +78,7 @@ def command(store: Path, listen: tuple[str, int], upstream: str, upstream_kind: 
 
 
 def _replay_options(store: Path, replay: Path | None, session: str | None, miss: str,
-                    ignore: tuple[str, ...]) -> dict[str, str | list[str]]:
+                    ignore: tuple[str, ...]) -> dict[str, Any]:
     """The gateway's replay settings (none without --replay), checked before anything starts."""
     from tracetap.capture.replay_match import check_ignore_path
     from tracetap.store import StoreError, check_store, validate_session_id
@@ -110,7 +111,7 @@ def _start_engine(script: Path | None, served_model: str | None, max_model_len: 
     from tracetap.engine.script import ScriptError
     from tracetap.engine.server import EngineServer
 
-    kwargs = {"served_model": served_model} if served_model else {}
+    kwargs: dict[str, Any] = {"served_model": served_model} if served_model else {}
     try:
         return EngineServer("127.0.0.1", 0, script=script, max_model_len=max_model_len, **kwargs).start()
     except ScriptError as exc:

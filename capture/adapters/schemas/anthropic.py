@@ -6,9 +6,9 @@ Content blocks are told apart by `type`; a type the adapter does not convert (se
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, TypeAlias
 
-from pydantic import Field
+from pydantic import BaseModel, Field
 from tracetap.capture.adapters.schemas.base import Lenient, by_type
 
 JsonObject = dict[str, Any]
@@ -50,8 +50,10 @@ class ThinkingBlock(Lenient):
     thinking: str
 
 
-_USER_SIDE = {"text": TextBlock, "image": ImageBlock, "document": DocumentBlock, "search_result": SearchResultBlock}
-ResultPart = by_type(_USER_SIDE)
+_USER_SIDE: dict[str, type[BaseModel]] = {"text": TextBlock, "image": ImageBlock, "document": DocumentBlock,
+                                           "search_result": SearchResultBlock}
+# unions built by `by_type` when the module loads: mypy cannot read them as types (they check as Any)
+ResultPart: TypeAlias = by_type(_USER_SIDE)  # type: ignore[valid-type]
 
 
 class ToolResultBlock(Lenient):
@@ -60,8 +62,8 @@ class ToolResultBlock(Lenient):
     is_error: bool | None = None
 
 
-Block = by_type({**_USER_SIDE, "tool_result": ToolResultBlock, "tool_use": ToolUseBlock,
-                  "thinking": ThinkingBlock})
+Block: TypeAlias = by_type({  # type: ignore[valid-type]
+    **_USER_SIDE, "tool_result": ToolResultBlock, "tool_use": ToolUseBlock, "thinking": ThinkingBlock})
 
 
 class Message(Lenient):

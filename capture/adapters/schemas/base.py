@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Annotated, Any, Union
 
 from pydantic import BaseModel, ConfigDict, Discriminator, Tag, ValidationError
+from pydantic_core import ErrorDetails
 from tracetap.capture.adapters.base import AdapterError
 from tracetap.capture.json_body import BodyError, check_depth
 
@@ -88,7 +89,7 @@ def _input_path(loc: tuple, body: object, missing: bool) -> tuple:
     return tuple(path)
 
 
-def _problem(errors: list[dict]) -> str:
+def _problem(errors: list[ErrorDetails]) -> str:
     value = errors[0].get("input")
     if value is None or errors[0]["type"] == "missing":
         return "field required"

@@ -7,7 +7,7 @@ tools) or rejected by name there.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, Literal, TypeAlias
 
 from pydantic import Field
 from tracetap.capture.adapters.schemas.base import Lenient, by_type
@@ -28,7 +28,9 @@ class ImagePart(Lenient):
     detail: str | None = None
 
 
-Part = by_type({"input_text": TextPart, "output_text": TextPart, "refusal": RefusalPart, "input_image": ImagePart})
+# unions built by `by_type` when the module loads: mypy cannot read them as types (they check as Any)
+Part: TypeAlias = by_type(  # type: ignore[valid-type]
+    {"input_text": TextPart, "output_text": TextPart, "refusal": RefusalPart, "input_image": ImagePart})
 
 
 class MessageItem(Lenient):
@@ -70,7 +72,7 @@ class ShellOutputItem(Lenient):
     output: str | list[Any]
 
 
-Item = by_type({
+Item: TypeAlias = by_type({  # type: ignore[valid-type]
     "message": MessageItem, "reasoning": ReasoningItem, "function_call": FunctionCallItem,
     "custom_tool_call": CustomCallItem, "local_shell_call": ShellCallItem, "shell_call": ShellCallItem,
     "function_call_output": OutputItem, "custom_tool_call_output": OutputItem,
