@@ -241,7 +241,7 @@ def main() -> None:
                    "gateway": (gateway.url, gateway.process.pid)}
         body = dump_bytes(agent_request(args.request_kb))
         stats = run_rounds(targets, args.calls, args.rounds, body)
-        recorded = connect(Path(tmp) / "store").execute("SELECT count(*) FROM completions").fetchone()[0]
+        [(recorded,)] = connect(Path(tmp) / "store").execute("SELECT count(*) FROM completions").fetchall()
     print(f"calls recorded by the gateway: {recorded}")
     print(f"request body: {len(body)} bytes")
     print_report(stats, args.calls, args.rounds)

@@ -35,6 +35,8 @@ def load_writer(ref: str) -> type:
     path = Path(tempfile.mkdtemp(prefix="tracetap-bench-")) / "writer_before.py"
     path.write_text(source)
     spec = importlib.util.spec_from_file_location("writer_before", path)
+    if spec is None or spec.loader is None:
+        raise RuntimeError(f"cannot load {path}")
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # its dataclasses look their module up
     spec.loader.exec_module(module)
@@ -96,4 +98,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()

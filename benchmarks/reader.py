@@ -21,7 +21,7 @@ from pathlib import Path
 
 from synthetic_chat import Shape, session_id, write_sessions
 from tracetap.builders import build
-from tracetap.store import StoreReader, connect
+from tracetap.store import StoreConnection, StoreReader, connect
 
 SHAPE = Shape(turns=5, max_context=2048, system_tokens=200, user_tokens=50)
 
@@ -35,6 +35,10 @@ def median_ms(run: Callable[[], object], repeat: int) -> float:
     return sorted(times)[(repeat - 1) // 2] * 1000
 
 
+def _count(con: StoreConnection, table: str) -> Callable[[], object]:
+    return lambda: con.execute(f"SELECT count(*) FROM {table}").fetchall()
+
+
 def measure(root: Path, repeat: int) -> dict[str, float]:
     """Milliseconds per operation on the store at `root`."""
     con, one = connect(root), session_id(0)
@@ -42,7 +46,7 @@ def measure(root: Path, repeat: int) -> dict[str, float]:
     operations = {
         "the listing a statement starts with (`refresh`)": con.refresh,
         "SELECT 1": lambda: con.execute("SELECT 1").fetchall(),
-        **{f"SELECT count(*) FROM {table}": (lambda t=table: con.execute(f"SELECT count(*) FROM {t}").fetchall())
+        **{f"SELECT count(*) FROM {table}": _count(con, table)
            for table in ("completions", "sessions", "trajectories")},
         "one-session connection: SELECT count(*) FROM completions":
             lambda: scoped.execute("SELECT count(*) FROM completions").fetchall(),

@@ -60,7 +60,7 @@ class Conversation:
                       for _ in range(5000)]
         self.system_ids, self.system = self.piece(first_tokens - 20)
         self.ids = list(self.system_ids)
-        self.messages = [{"role": "user", "content": self.piece(20)[1]}]
+        self.messages: list[dict] = [{"role": "user", "content": self.piece(20)[1]}]
         self.ids += self.piece(20)[0]
         self.text_bytes = len(self.system.encode()) + len(self.messages[0]["content"].encode())
         self.logprobs = self.unsent_bytes = 0  # unsent: the last tool result, until a call carries it
@@ -107,7 +107,8 @@ def measure(first_tokens: int, turns: int, new_tokens: int, seed: int = 0) -> Re
         root = Path(tmp, "store")
         full_path = Path(tmp, "full.parquet")
         with StoreWriter(root) as writer:
-            full_writer, times = None, []
+            full_writer: pq.ParquetWriter | None = None
+            times = []
             for _ in range(turns):
                 row = conversation.call(sid, new_tokens)
                 start = time.perf_counter()
@@ -116,7 +117,8 @@ def measure(first_tokens: int, turns: int, new_tokens: int, seed: int = 0) -> Re
                 full = pa.Table.from_pylist([recorded], schema=storage_schema(TABLES["completions"]))
                 full_writer = full_writer or pq.ParquetWriter(full_path, full.schema)
                 full_writer.write_table(full)
-            full_writer.close()
+            if full_writer is not None:
+                full_writer.close()
             writer.close_session(sid)
         [part] = session_dir(root, "completions", sid).glob("part-*.parquet")
         snappy = Path(tmp, "snappy.parquet")

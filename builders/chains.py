@@ -194,15 +194,16 @@ class Router:
 
     def _extend(self, segment: Segment, call: Call, match: Match) -> None:
         tail = call.prompt[match.length:]
-        eot_at = find_first(tail, self.eot) if self.eot is not None else -1
-        if eot_at < 0:
+        eot = self.eot
+        eot_at = find_first(tail, eot) if eot is not None else -1
+        if eot is None or eot_at < 0:
             self._resolve(segment)
             reason = "eot_unavailable" if self.eot is None else "interstitial_split_failed"
             self._open(call, segment.chain, reason, broken=segment)
             return
         kept = self._resolve(segment, lambda attempt: (is_prefix(attempt.sampled, tail),
-                                                       _likeness(attempt, tail, eot_at, self.eot)))
-        canonical, before = _interstitial(kept, tail, eot_at, self.eot)
+                                                       _likeness(attempt, tail, eot_at, eot)))
+        canonical, before = _interstitial(kept, tail, eot_at, eot)
         ids = (kept.completion_id, call.completion_id)
         if match.length < len(segment.tip):
             segment.drift.append(template_drift(len(segment.tip) - match.length, match.length, ids))

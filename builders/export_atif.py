@@ -89,7 +89,7 @@ class _Steps:
         role = message.get("role")
         if role == "tool":
             return self._observe(message, extra)
-        self.add(ROLES.get(role, "user"), _text(message.get("content")),
+        self.add(ROLES.get(role or "", "user"), _text(message.get("content")),
                  reasoning_content=message.get("reasoning") or message.get("reasoning_content"),
                  tool_calls=_tool_calls(message.get("tool_calls")) if role == "assistant" else None,
                  extra={**extra, "role": role, **({"sampled": False} if role == "assistant" else {})})
@@ -110,7 +110,7 @@ class _Steps:
         metrics = {"prompt_tokens": row.get("prompt_tokens"),
                    "completion_tokens": row.get("completion_tokens"),
                    "prompt_token_ids": row.get("prompt_token_ids"), "completion_token_ids": sampled,
-                   "logprobs": [float(v) for v in logprobs] if aligned else None}
+                   "logprobs": [float(v) for v in logprobs] if aligned and logprobs is not None else None}
         created = row.get("created_at") or row.get("finished_at")
         self.add("agent", _text(message.get("content")),
                  timestamp=created.isoformat() if created else None, model_name=row.get("served_model"),
@@ -149,7 +149,7 @@ def session_completions(reader: StoreReader, session_id: str) -> dict[str, dict]
 def atif_document(session: dict, traces: list[dict], completions: dict[str, dict], builder: str,
                   evaluator: str | None) -> dict:
     """The ATIF root object for one session (traces already joined with rewards)."""
-    steps, missing = _Steps(), []
+    steps, missing = _Steps(), list[str]()
     for trace in traces:
         _walk_trace(steps, trace, completions, missing)
     agent_steps = [s for s in steps.steps if "metrics" in s]

@@ -63,7 +63,8 @@ class _Rows:
     """Token-level formats: each session's canonical rows, converted, to a Parquet or JSONL sink."""
 
     def __init__(self, fmt: str, out: Path, force: bool) -> None:
-        self.fmt, self.index, self.groups, self.rollouts = fmt, 0, {}, 0
+        self.fmt, self.index, self.rollouts = fmt, 0, 0
+        self.groups: dict[str, int] = {}
         schema = rows_.VERL if fmt == "verl" else rows_.CANONICAL
         self.sink = ParquetSink(out, schema, force) if fmt in ("parquet", "verl") else JsonlSink(out, force)
 

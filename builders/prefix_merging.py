@@ -28,7 +28,7 @@ def _ordered(segments: list[Segment]) -> list[tuple[int, Segment]]:
     for segment in segments:
         first_seq[segment.chain] = min(first_seq.get(segment.chain, segment.turns[0].call.seq),
                                        segment.turns[0].call.seq)
-    number = {chain: i for i, chain in enumerate(sorted(first_seq, key=first_seq.get))}
+    number = {chain: i for i, chain in enumerate(sorted(first_seq, key=first_seq.__getitem__))}
     return sorted(((number[s.chain], s) for s in segments), key=lambda pair: (pair[0], pair[1].index))
 
 

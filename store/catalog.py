@@ -225,7 +225,7 @@ def scan(root: Path | str, table: str) -> polars.LazyFrame:
 
     if table not in TABLES:
         raise ValueError(f"unknown table {table!r}; tables: {', '.join(TABLES)}")
-    schema = polars.from_arrow(storage_schema(TABLES[table]).empty_table()).schema
+    schema = polars.DataFrame(storage_schema(TABLES[table]).empty_table()).schema
 
     def source(with_columns: list[str] | None, predicate: polars.Expr | None, n_rows: int | None,
                batch_size: int | None):
@@ -242,7 +242,7 @@ def _completions_frame(root: Path, schema: polars.Schema, with_columns: list[str
     wanted = list(schema) if with_columns is None else list(with_columns)
     if predicate is not None:
         wanted += [name for name in predicate.meta.root_names() if name not in wanted]
-    frames = [polars.from_arrow(table) for table in read_completions(root, None, wanted).values()]
+    frames = [polars.DataFrame(table) for table in read_completions(root, None, wanted).values()]
     return polars.concat(frames).lazy() if frames else polars.LazyFrame(schema={n: schema[n] for n in wanted})
 
 

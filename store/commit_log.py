@@ -137,11 +137,9 @@ class CommitLog:
     def _segment(self) -> int:
         """The open live segment, created (and its name made durable) when there is none."""
         with self._segment_lock:
-            if self._fd is None:
-                self._open_segment()
-        return self._fd
+            return self._open_segment() if self._fd is None else self._fd
 
-    def _open_segment(self) -> None:
+    def _open_segment(self) -> int:
         ensure_dir(self.directory)
         path = self.directory / segment_name(self.writer_id, self._number)
         self._number += 1
@@ -149,6 +147,7 @@ class CommitLog:
         self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o644)
         self._size = 0
         fsync_dir(self.directory)
+        return self._fd
 
     def _cut_back(self) -> None:
         with suppress(OSError):  # a disk that cannot even truncate fails the next writes too

@@ -123,7 +123,9 @@ def encode_tokens(history: History, seq: int, prompt, completion) -> dict:
 
 
 def _skip(text: str, at: int) -> int:
-    return _WHITESPACE.match(text, at).end()
+    """The index of the first non-blank character at or after `at`."""
+    blank = _WHITESPACE.match(text, at)
+    return blank.end() if blank else at
 
 
 def _value_spans(text: str, at: int, spans: list[tuple[int, int]]) -> int:
@@ -152,7 +154,7 @@ def chunk_spans(text: str) -> list[tuple[int, int]] | None:
         at = _skip(text, 0)
         if text[at] != "{":
             return None
-        at, spans = _skip(text, at + 1), []
+        at, spans = _skip(text, at + 1), list[tuple[int, int]]()
         while text[at] != "}":
             at = _skip(text, _DECODER.raw_decode(text, at)[1])  # the member's name
             if text[at] != ":":
@@ -180,7 +182,7 @@ def key_int(key: bytes) -> int:
 def encode_body(history: History, text: str | None, blobs: list[dict]) -> dict:
     """One JSON body's stored columns; chunks the session has not stored yet go to `blobs`."""
     body_spans = chunk_spans(text) if isinstance(text, str) and PLACEHOLDER not in text else None
-    if not body_spans:
+    if not body_spans or text is None:
         return {}  # stored as is
     template, refs, at = [], [], 0
     for start, end in body_spans:

@@ -97,7 +97,7 @@ def _stale_temps(directory: Path) -> list[Path]:
     return stale
 
 
-def _merge(directory: Path, inputs: list[Path], logged: pa.Table, covered: int) -> pa.Table:
+def _merge(directory: Path, inputs: list[str], logged: pa.Table, covered: int) -> pa.Table:
     """The rows of `inputs` and `logged`, checked to be exactly seqs 0..covered-1 of one session, in order."""
     table = pa.concat_tables([read_parquet(inputs, STORED_COMPLETIONS), logged]).sort_by("seq")
     if table.column("seq").to_pylist() != list(range(covered)):

@@ -9,26 +9,30 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable, Hashable
+from typing import Generic, TypeVar
 
 log = logging.getLogger(__name__)
 
 
-class Flusher:
+K = TypeVar("K", bound=Hashable)
+
+
+class Flusher(Generic[K]):
     """Calls `save(key)` soon after `submit(key)`; many submits of one key before it runs make one save."""
 
-    def __init__(self, save: Callable[[Hashable], None], name: str = "tracetap-flusher",
+    def __init__(self, save: Callable[[K], None], name: str = "tracetap-flusher",
                  delay: float = 0.0) -> None:
         self._save = save
         self._name = name
         self._delay = delay  # how long a batch waits for more submits before it runs
-        self._pending: dict[Hashable, None] = {}
+        self._pending: dict[K, None] = {}
         self._busy = False
         self._urgent = False
         self._closed = False
         self._cond = threading.Condition()
         self._thread: threading.Thread | None = None
 
-    def submit(self, key: Hashable) -> None:
+    def submit(self, key: K) -> None:
         """Schedule `save(key)`; after close() it runs right here instead."""
         with self._cond:
             closed = self._closed

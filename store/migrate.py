@@ -45,7 +45,7 @@ class Migration:
         self.migrated.append(sid)
 
 
-def _is_current(path: Path) -> bool:
+def _is_current(path: str | Path) -> bool:
     return "prompt_suffix_ids" in pq.read_schema(path).names
 
 

@@ -87,7 +87,7 @@ def visible(directory: Path | str) -> SessionFiles:
 
 def _without_hole(files: tuple[str, ...]) -> bool:
     """Whether the files cover seqs 0..n-1: the head part (if any) then consecutive per-call files."""
-    start = part_covered(files[0]) if files and part_covered(files[0]) is not None else 0
+    start = (part_covered(files[0]) or 0) if files else 0
     seqs = [seq for seq in map(loose_seq, files) if seq is not None]
     return seqs == list(range(start, start + len(seqs)))
 
