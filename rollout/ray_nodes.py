@@ -17,11 +17,12 @@ import logging
 import os
 import secrets
 import socket
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, Concatenate, ParamSpec, TypeVar, cast
 
 import ray
+from ray.actor import ActorHandle
 from ray.exceptions import RayActorError
 from tracetap.rollout.models import SessionContext, SessionResult, SessionStatus
 from tracetap.rollout.node import GatewayNode, NodeConfig
@@ -40,6 +41,8 @@ RESULT_SLACK_SECONDS = 120.0  # past budget + POSTRUN grace, a result that has n
 OBJECT_STORE_BYTES = 128 * 1024 * 1024  # the nodes pass small messages only
 PROBE_SECONDS = 5.0     # a cluster address must accept a TCP connection within this
 CLUSTER_SWITCH = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"  # "0": Ray's single-machine mode (see _loopback_only)
+P = ParamSpec("P")
+R = TypeVar("R")
 
 
 class RayUnavailable(RuntimeError):
@@ -74,6 +77,24 @@ class NodeActor(GatewayNode):
 RemoteNodeActor = ray.remote(NodeActor)
 
 
+class ActorCalls:
+    """A NodeActor's handle, its calls typed from NodeActor's own methods: `calls.send(NodeActor.admit, session)`
+    is `handle.admit.remote(session)`, an ObjectRef of the method's result (Ray types `handle.admit` as the
+    class's coroutine function instead)."""
+
+    def __init__(self, handle: ActorHandle[NodeActor]) -> None:
+        self.handle = handle
+
+    def send(self, method: Callable[Concatenate[NodeActor, P], Awaitable[R]], *args: P.args,
+             **kwargs: P.kwargs) -> ray.ObjectRef[R]:
+        return getattr(self.handle, method.__name__).remote(*args, **kwargs)
+
+    @classmethod
+    def spawn(cls, config: NodeConfig, **options: Any) -> ActorCalls:
+        """A new NodeActor; Ray types the handle `.remote()` returns as possibly the class itself."""
+        return cls(cast(ActorHandle[NodeActor], RemoteNodeActor.options(**options).remote(config)))
+
+
 class RayNode:
     """Implements `node_api.Node` for one `NodeActor`; every await on it is bounded by the actor's life."""
 
@@ -82,14 +103,14 @@ class RayNode:
         self.id = config.node_id or f"node-{secrets.token_hex(4)}"
         self.config = config
         self.sessions_root = config.sessions_root or config.store.parent / "sessions"
-        self.actor = RemoteNodeActor.options(**options).remote(config)
+        self.actor = ActorCalls.spawn(config, **options)
         self.lost: str | None = None
         self.worker: tuple[str, int] | None = None  # the actor's machine and process, once it answered
         self._open: set[str] = set()  # sessions handed to the actor whose result has not come back
         self._reaping: asyncio.Future | None = None
 
     async def node_id(self) -> str:
-        self.worker = host, pid = await self._call(self.actor.where.remote(), START_SECONDS)
+        self.worker = host, pid = await self._call(self.actor.send(NodeActor.where), START_SECONDS)
         logger.info("node %s runs on %s, pid %d", self.id, host, pid)
         return self.id
 
@@ -98,41 +119,41 @@ class RayNode:
         self._open.add(sid)
         try:
             try:
-                await self._call(self.actor.admit.remote(session))
+                await self._call(self.actor.send(NodeActor.admit, session))
             except NodeLost as exc:
                 raise SessionNotStarted(str(exc)) from exc
-            return await self._call(self.actor.result.remote(sid), _result_bound(session, self.config))
+            return await self._call(self.actor.send(NodeActor.result, sid), _result_bound(session, self.config))
         finally:
             self._open.discard(sid)
 
     async def cancel(self, session_id: str) -> bool:
         try:
-            return self.lost is None and await self._call(self.actor.cancel.remote(session_id), ANSWER_SECONDS)
+            return self.lost is None and await self._call(self.actor.send(NodeActor.cancel, session_id), ANSWER_SECONDS)
         except NodeLost:
             return False
 
     async def statuses(self) -> dict[str, SessionStatus]:
         try:
-            return {} if self.lost else await self._call(self.actor.statuses.remote(), ANSWER_SECONDS)
+            return {} if self.lost else await self._call(self.actor.send(NodeActor.statuses), ANSWER_SECONDS)
         except NodeLost:
             return {}
 
     async def stats(self) -> NodeStats:
-        return await self._call(self.actor.stats.remote(), ANSWER_SECONDS)
+        return await self._call(self.actor.send(NodeActor.stats), ANSWER_SECONDS)
 
     async def shutdown(self) -> None:
         """Shut the node down cleanly, then end its actor (its worker process)."""
         if self.lost is None:
             try:
-                await self._call(self.actor.shutdown.remote(), ANSWER_SECONDS)
+                await self._call(self.actor.send(NodeActor.shutdown), ANSWER_SECONDS)
             except NodeLost:
                 return
             self.lost = f"node {self.id} is shut down"
-        ray.kill(self.actor)
+        ray.kill(self.actor.handle)
 
     # -- awaiting the actor ------------------------------------------------------------------------
 
-    async def _call(self, ref: ray.ObjectRef, timeout: float | None = None) -> Any:
+    async def _call(self, ref: ray.ObjectRef[R], timeout: float | None = None) -> R:
         """The call's answer; NodeLost when the actor died, stopped answering pings or took past `timeout`."""
         if self.lost is not None:
             raise NodeLost(self.lost)
@@ -144,7 +165,7 @@ class RayNode:
         finally:
             answer.cancel()
 
-    async def _watch(self, answer: asyncio.Future, timeout: float | None) -> Any:
+    async def _watch(self, answer: asyncio.Future[R], timeout: float | None) -> R:
         loop = asyncio.get_running_loop()
         deadline = None if timeout is None else loop.time() + timeout
         while True:
@@ -157,7 +178,7 @@ class RayNode:
 
     async def _ping(self) -> None:
         try:
-            await asyncio.wait_for(asyncio.wrap_future(self.actor.where.remote().future()), PING_SECONDS)
+            await asyncio.wait_for(asyncio.wrap_future(self.actor.send(NodeActor.where).future()), PING_SECONDS)
         except TimeoutError:
             raise await self._declare_lost(f"no answer to a ping within {PING_SECONDS:.0f} s") from None
 
@@ -167,7 +188,7 @@ class RayNode:
         if self._reaping is None:
             self.lost = f"node {self.id} lost: {reason}"
             logger.warning("%s; ending what its sessions left running", self.lost)
-            ray.kill(self.actor, no_restart=True)
+            ray.kill(self.actor.handle, no_restart=True)
             self._reaping = asyncio.ensure_future(self._reap(sorted(self._open)))
         await asyncio.shield(self._reaping)
         return NodeLost(self.lost)
