@@ -77,22 +77,11 @@ class NodeActor(GatewayNode):
 RemoteNodeActor = ray.remote(NodeActor)
 
 
-class ActorCalls:
-    """A NodeActor's handle, its calls typed from NodeActor's own methods: `calls.send(NodeActor.admit, session)`
-    is `handle.admit.remote(session)`, an ObjectRef of the method's result (Ray types `handle.admit` as the
-    class's coroutine function instead)."""
-
-    def __init__(self, handle: ActorHandle[NodeActor]) -> None:
-        self.handle = handle
-
-    def send(self, method: Callable[Concatenate[NodeActor, P], Awaitable[R]], *args: P.args,
-             **kwargs: P.kwargs) -> ray.ObjectRef[R]:
-        return getattr(self.handle, method.__name__).remote(*args, **kwargs)
-
-    @classmethod
-    def spawn(cls, config: NodeConfig, **options: Any) -> ActorCalls:
-        """A new NodeActor; Ray types the handle `.remote()` returns as possibly the class itself."""
-        return cls(cast(ActorHandle[NodeActor], RemoteNodeActor.options(**options).remote(config)))
+def send(actor: ActorHandle[NodeActor], method: Callable[Concatenate[NodeActor, P], Awaitable[R]], *args: P.args,
+         **kwargs: P.kwargs) -> ray.ObjectRef[R]:
+    """`actor.<method>.remote(*args)`: an ObjectRef of the method's result, typed from NodeActor's own method
+    (Ray types `actor.<method>` as the class's coroutine function)."""
+    return getattr(actor, method.__name__).remote(*args, **kwargs)
 
 
 class RayNode:
@@ -103,14 +92,15 @@ class RayNode:
         self.id = config.node_id or f"node-{secrets.token_hex(4)}"
         self.config = config
         self.sessions_root = config.sessions_root or config.store.parent / "sessions"
-        self.actor = ActorCalls.spawn(config, **options)
+        # Ray types what `.remote()` returns as the handle or the class itself: it is always the handle
+        self.actor = cast(ActorHandle[NodeActor], RemoteNodeActor.options(**options).remote(config))
         self.lost: str | None = None
         self.worker: tuple[str, int] | None = None  # the actor's machine and process, once it answered
         self._open: set[str] = set()  # sessions handed to the actor whose result has not come back
         self._reaping: asyncio.Future | None = None
 
     async def node_id(self) -> str:
-        self.worker = host, pid = await self._call(self.actor.send(NodeActor.where), START_SECONDS)
+        self.worker = host, pid = await self._call(send(self.actor, NodeActor.where), START_SECONDS)
         logger.info("node %s runs on %s, pid %d", self.id, host, pid)
         return self.id
 
@@ -119,37 +109,38 @@ class RayNode:
         self._open.add(sid)
         try:
             try:
-                await self._call(self.actor.send(NodeActor.admit, session))
+                await self._call(send(self.actor, NodeActor.admit, session))
             except NodeLost as exc:
                 raise SessionNotStarted(str(exc)) from exc
-            return await self._call(self.actor.send(NodeActor.result, sid), _result_bound(session, self.config))
+            return await self._call(send(self.actor, NodeActor.result, sid), _result_bound(session, self.config))
         finally:
             self._open.discard(sid)
 
     async def cancel(self, session_id: str) -> bool:
         try:
-            return self.lost is None and await self._call(self.actor.send(NodeActor.cancel, session_id), ANSWER_SECONDS)
+            return self.lost is None and await self._call(send(self.actor, NodeActor.cancel, session_id),
+                                                          ANSWER_SECONDS)
         except NodeLost:
             return False
 
     async def statuses(self) -> dict[str, SessionStatus]:
         try:
-            return {} if self.lost else await self._call(self.actor.send(NodeActor.statuses), ANSWER_SECONDS)
+            return {} if self.lost else await self._call(send(self.actor, NodeActor.statuses), ANSWER_SECONDS)
         except NodeLost:
             return {}
 
     async def stats(self) -> NodeStats:
-        return await self._call(self.actor.send(NodeActor.stats), ANSWER_SECONDS)
+        return await self._call(send(self.actor, NodeActor.stats), ANSWER_SECONDS)
 
     async def shutdown(self) -> None:
         """Shut the node down cleanly, then end its actor (its worker process)."""
         if self.lost is None:
             try:
-                await self._call(self.actor.send(NodeActor.shutdown), ANSWER_SECONDS)
+                await self._call(send(self.actor, NodeActor.shutdown), ANSWER_SECONDS)
             except NodeLost:
                 return
             self.lost = f"node {self.id} is shut down"
-        ray.kill(self.actor.handle)
+        ray.kill(self.actor)
 
     # -- awaiting the actor ------------------------------------------------------------------------
 
@@ -178,7 +169,7 @@ class RayNode:
 
     async def _ping(self) -> None:
         try:
-            await asyncio.wait_for(asyncio.wrap_future(self.actor.send(NodeActor.where).future()), PING_SECONDS)
+            await asyncio.wait_for(asyncio.wrap_future(send(self.actor, NodeActor.where).future()), PING_SECONDS)
         except TimeoutError:
             raise await self._declare_lost(f"no answer to a ping within {PING_SECONDS:.0f} s") from None
 
@@ -188,7 +179,7 @@ class RayNode:
         if self._reaping is None:
             self.lost = f"node {self.id} lost: {reason}"
             logger.warning("%s; ending what its sessions left running", self.lost)
-            ray.kill(self.actor.handle, no_restart=True)
+            ray.kill(self.actor, no_restart=True)
             self._reaping = asyncio.ensure_future(self._reap(sorted(self._open)))
         await asyncio.shield(self._reaping)
         return NodeLost(self.lost)
