@@ -114,8 +114,7 @@ async def session_tools(run: SessionRun, env_for: Callable[[Runtime], Mapping[st
     `<session>/logs/eval`."""
     loop = asyncio.get_running_loop()
     fresh = await run.fresh.ready() if run.fresh is not None else None
-    runtime = run.runtime
-    assert runtime is not None  # evaluation follows the session's run
+    runtime, _ = run.prepared()
     logs_dir = Path(runtime.session_dir) / "logs" / "eval"
     logs_dir.mkdir(parents=True, exist_ok=True)
 

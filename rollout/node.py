@@ -19,16 +19,17 @@ import asyncio
 import logging
 import uuid
 from collections import Counter
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, replace
 from functools import partial
 from pathlib import Path
+from typing import Any
 
 from tracetap.rollout import eval_runtime, postrun
 from tracetap.rollout.gateway_host import GatewayError, GatewayHost
 from tracetap.rollout.harnesses import HARNESSES
 from tracetap.rollout.harnesses.base import HarnessContext, Step, gateway_env
-from tracetap.rollout.models import PrepareAction, SessionContext, SessionResult, SessionStatus
+from tracetap.rollout.models import EvaluatorSpec, PrepareAction, SessionContext, SessionResult, SessionStatus
 from tracetap.rollout.node_api import NodeStats
 from tracetap.rollout.runtimes import NodeRuntimes, RuntimeUnavailable
 from tracetap.rollout.runtimes.base import ExecResult, Runtime
@@ -39,7 +40,7 @@ logger = logging.getLogger("tracetap.rollout.node")
 
 POSTRUN_GRACE_SECONDS = 30.0
 CANCELLABLE = (Stage.QUEUED, Stage.INIT, Stage.READY, Stage.RUN)
-Worker = Callable[[SessionRun], Awaitable[None]]
+Worker = Callable[[SessionRun], Coroutine[Any, Any, None]]
 
 
 @dataclass(frozen=True)
@@ -94,10 +95,11 @@ class GatewayNode:
             if self._closed:
                 raise NodeClosed(f"node {self.id} is shut down")
             if not self._workers:
-                await self.gateway.start()
-                await self.runtimes.start(self.gateway.url)
+                await self.runtimes.start(await self.gateway.start())
                 self._start_pools()
-        return self.gateway.url
+        url = self.gateway.url
+        assert url is not None  # the gateway started above, or on the call that started the workers
+        return url
 
     async def run_session(self, session: SessionContext) -> SessionResult:
         """Queue the session and return its result once it has ended. Cancelling this await does not end
@@ -178,7 +180,9 @@ class GatewayNode:
         try:
             await work
         except asyncio.CancelledError:
-            if asyncio.current_task().cancelling():
+            worker = asyncio.current_task()
+            assert worker is not None  # stages run in the pools' worker tasks
+            if worker.cancelling():
                 raise  # the node shuts down; a cancelled session is ended by cancel()
         except StageFailure as exc:
             await self._finish(run, exc.status, str(exc))
@@ -217,14 +221,15 @@ class GatewayNode:
             session_id=run.session_id, task_id=task.task_id, instruction=task.instruction,
             gateway_url=gateway_url, layout=run.runtime.layout, model_name=task.agent.model_name,
             settings=task.agent.settings, contained=task.runtime.backend != "local")
-        await self.gateway.register(run.session_id, task.task_id, task.agent.harness, self._metadata(run))
+        await self.gateway.register(run.session_id, task.task_id, task.agent.harness,
+                                    self._metadata(run, run.runtime))
         run.registered = True
         await self._prepare_runtime(run, run.runtime)
 
-    def _metadata(self, run: SessionRun) -> dict:
+    def _metadata(self, run: SessionRun, runtime: Runtime) -> dict:
         """What the sessions row carries: the host workspace (the evaluator runs there) and provenance."""
-        layout = run.runtime.layout
-        workspace = Path(run.runtime.session_dir) / Path(layout.workspace).relative_to(layout.root)
+        layout = runtime.layout
+        workspace = Path(runtime.session_dir) / Path(layout.workspace).relative_to(layout.root)
         metadata = {"workspace": str(workspace), "sample_index": run.ctx.sample_index, "node_id": self.id}
         return {**metadata, "task_metadata": run.task.metadata} if run.task.metadata else metadata
 
@@ -235,11 +240,13 @@ class GatewayNode:
 
     async def _prepare_action(self, run: SessionRun, runtime: Runtime, number: int, action: PrepareAction) -> None:
         if action.type != "exec":
+            assert action.source and action.target  # PrepareAction's validator: an upload names both
             try:
                 await runtime.upload(Path(action.source), action.target)
             except (OSError, ValueError) as exc:  # a missing source, a target outside the session
                 raise StageFailure(SessionStatus.ERROR, f"prepare step {number}: {exc}") from None
             return
+        assert action.command  # PrepareAction's validator: an exec has a command
         result = await runtime.exec(action.command, env={**self._runtime_env(run, runtime), **action.env},
                                     log_name=f"prepare.{number:02d}", cwd=action.cwd, timeout=run.remaining())
         if result.timed_out:
@@ -251,13 +258,15 @@ class GatewayNode:
     def _runtime_env(self, run: SessionRun, runtime: Runtime | None = None) -> dict[str, str]:
         """The env of every prepare, run and post-run command (reference system §5.6), then the spec's; its
         folders are those of `runtime` (default: the session's own)."""
-        ctx = run.harness_ctx if runtime is None else replace(run.harness_ctx, layout=runtime.layout)
+        _, ctx = run.prepared()
+        ctx = ctx if runtime is None else replace(ctx, layout=runtime.layout)
         return {**gateway_env(ctx), "SAMPLE_INDEX": str(run.ctx.sample_index), **run.task.runtime.env}
 
     def _agent_env(self, run: SessionRun) -> dict[str, str]:
         """Run and post-run steps add the preset's env and the task's agent env."""
         harness = HARNESSES[run.task.agent.harness]
-        return {**self._runtime_env(run), **harness.env(run.harness_ctx), **run.task.agent.env}
+        _, ctx = run.prepared()
+        return {**self._runtime_env(run), **harness.env(ctx), **run.task.agent.env}
 
     # -- RUN ---------------------------------------------------------------------------------------
 
@@ -277,9 +286,10 @@ class GatewayNode:
 
     async def _run_harness(self, run: SessionRun) -> None:
         harness = HARNESSES[run.task.agent.harness]
-        for target, text in harness.files(run.harness_ctx).items():
-            await run.runtime.write_text(target, text)
-        for step in harness.run_steps(run.harness_ctx):
+        runtime, ctx = run.prepared()
+        for target, text in harness.files(ctx).items():
+            await runtime.write_text(target, text)
+        for step in harness.run_steps(ctx):
             result = await self._step(run, step, run.remaining())
             if result.timed_out:
                 run.verdict, run.error = SessionStatus.TIMEOUT, f"step {step.name} ran out of the time budget"
@@ -290,15 +300,16 @@ class GatewayNode:
                 return
 
     async def _step(self, run: SessionRun, step: Step, timeout: float) -> ExecResult:
-        return await run.runtime.exec(step.command, env={**self._agent_env(run), **step.env},
-                                      log_name=f"agent/{step.name}", cwd=step.cwd, timeout=timeout)
+        runtime, _ = run.prepared()
+        return await runtime.exec(step.command, env={**self._agent_env(run), **step.env},
+                                  log_name=f"agent/{step.name}", cwd=step.cwd, timeout=timeout)
 
     # -- POSTRUN -----------------------------------------------------------------------------------
 
     async def _postrun_stage(self, run: SessionRun) -> None:
         run.enter(Stage.POSTRUN, SessionStatus.POST_RUN, "postrun_start")
         loop = asyncio.get_running_loop()
-        deadline = max(run.deadline, loop.time() + self.config.postrun_grace)
+        deadline = max(run.budget_end(), loop.time() + self.config.postrun_grace)
         try:
             async with asyncio.timeout_at(deadline):
                 await self._wrap_up(run, deadline)
@@ -310,7 +321,8 @@ class GatewayNode:
     async def _wrap_up(self, run: SessionRun, deadline: float) -> None:
         """Post-run steps, close, build, evaluate (the runtime still up), end every process, join."""
         harness = HARNESSES[run.task.agent.harness]
-        for step in harness.postrun_steps(run.harness_ctx):  # e.g. copying transcripts: never the verdict
+        runtime, ctx = run.prepared()
+        for step in harness.postrun_steps(ctx):  # e.g. copying transcripts: never the verdict
             result = await self._step(run, step, max(0.0, deadline - asyncio.get_running_loop().time()))
             if result.returncode != 0:
                 logger.warning("session %s: post-run step %s exited with %s", run.session_id, step.name,
@@ -318,8 +330,9 @@ class GatewayNode:
         has_calls = await self.gateway.close_session(run.session_id)
         if has_calls:
             await self._build(run)
-        score = await self._evaluate(run, deadline) if run.task.evaluator else None
-        await run.runtime.teardown()
+        evaluator = run.task.evaluator
+        score = await self._evaluate(run, evaluator, deadline) if evaluator else None
+        await runtime.teardown()
         if has_calls:
             rollout = {"status": str(run.verdict), "error": run.error, "node_id": self.id}
             await asyncio.to_thread(postrun.finish_traces, self.store, run.session_id, run.task.builder, score,
@@ -331,7 +344,8 @@ class GatewayNode:
         run.prompt_tokens, run.completion_tokens = await asyncio.to_thread(postrun.token_totals, self.store,
                                                                            run.session_id)
 
-    async def _evaluate(self, run: SessionRun, deadline: float) -> postrun.SessionScore | None:
+    async def _evaluate(self, run: SessionRun, evaluator: EvaluatorSpec,
+                        deadline: float) -> postrun.SessionScore | None:
         run.status = SessionStatus.EVALUATING
         try:
             tools = await eval_runtime.session_tools(run, partial(self._runtime_env, run))
@@ -340,7 +354,7 @@ class GatewayNode:
             return None
         timeout = max(1.0, deadline - asyncio.get_running_loop().time())
         score = await asyncio.to_thread(postrun.score_session, self.store, run.session_id, run.task.builder,
-                                        run.task.evaluator, timeout, tools)
+                                        evaluator, timeout, tools)
         run.reward = score.reward
         if score.error and run.verdict is SessionStatus.COMPLETED:  # no usable reward: not a completed sample
             run.verdict, run.error = SessionStatus.ERROR, f"evaluator failed: {score.error}"

@@ -17,11 +17,12 @@ import logging
 import os
 import secrets
 import socket
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, Concatenate, ParamSpec, TypeVar, cast
 
 import ray
+from ray.actor import ActorHandle
 from ray.exceptions import RayActorError
 from tracetap.rollout.models import SessionContext, SessionResult, SessionStatus
 from tracetap.rollout.node import GatewayNode, NodeConfig
@@ -40,6 +41,8 @@ RESULT_SLACK_SECONDS = 120.0  # past budget + POSTRUN grace, a result that has n
 OBJECT_STORE_BYTES = 128 * 1024 * 1024  # the nodes pass small messages only
 PROBE_SECONDS = 5.0     # a cluster address must accept a TCP connection within this
 CLUSTER_SWITCH = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"  # "0": Ray's single-machine mode (see _loopback_only)
+P = ParamSpec("P")
+R = TypeVar("R")
 
 
 class RayUnavailable(RuntimeError):
@@ -74,6 +77,13 @@ class NodeActor(GatewayNode):
 RemoteNodeActor = ray.remote(NodeActor)
 
 
+def send(actor: ActorHandle[NodeActor], method: Callable[Concatenate[NodeActor, P], Awaitable[R]], *args: P.args,
+         **kwargs: P.kwargs) -> ray.ObjectRef[R]:
+    """`actor.<method>.remote(*args)`: an ObjectRef of the method's result, typed from NodeActor's own method
+    (Ray types `actor.<method>` as the class's coroutine function)."""
+    return getattr(actor, method.__name__).remote(*args, **kwargs)
+
+
 class RayNode:
     """Implements `node_api.Node` for one `NodeActor`; every await on it is bounded by the actor's life."""
 
@@ -82,14 +92,15 @@ class RayNode:
         self.id = config.node_id or f"node-{secrets.token_hex(4)}"
         self.config = config
         self.sessions_root = config.sessions_root or config.store.parent / "sessions"
-        self.actor = RemoteNodeActor.options(**options).remote(config)
+        # Ray types what `.remote()` returns as the handle or the class itself: it is always the handle
+        self.actor = cast(ActorHandle[NodeActor], RemoteNodeActor.options(**options).remote(config))
         self.lost: str | None = None
         self.worker: tuple[str, int] | None = None  # the actor's machine and process, once it answered
         self._open: set[str] = set()  # sessions handed to the actor whose result has not come back
         self._reaping: asyncio.Future | None = None
 
     async def node_id(self) -> str:
-        self.worker = host, pid = await self._call(self.actor.where.remote(), START_SECONDS)
+        self.worker = host, pid = await self._call(send(self.actor, NodeActor.where), START_SECONDS)
         logger.info("node %s runs on %s, pid %d", self.id, host, pid)
         return self.id
 
@@ -98,33 +109,34 @@ class RayNode:
         self._open.add(sid)
         try:
             try:
-                await self._call(self.actor.admit.remote(session))
+                await self._call(send(self.actor, NodeActor.admit, session))
             except NodeLost as exc:
                 raise SessionNotStarted(str(exc)) from exc
-            return await self._call(self.actor.result.remote(sid), _result_bound(session, self.config))
+            return await self._call(send(self.actor, NodeActor.result, sid), _result_bound(session, self.config))
         finally:
             self._open.discard(sid)
 
     async def cancel(self, session_id: str) -> bool:
         try:
-            return self.lost is None and await self._call(self.actor.cancel.remote(session_id), ANSWER_SECONDS)
+            return self.lost is None and await self._call(send(self.actor, NodeActor.cancel, session_id),
+                                                          ANSWER_SECONDS)
         except NodeLost:
             return False
 
     async def statuses(self) -> dict[str, SessionStatus]:
         try:
-            return {} if self.lost else await self._call(self.actor.statuses.remote(), ANSWER_SECONDS)
+            return {} if self.lost else await self._call(send(self.actor, NodeActor.statuses), ANSWER_SECONDS)
         except NodeLost:
             return {}
 
     async def stats(self) -> NodeStats:
-        return await self._call(self.actor.stats.remote(), ANSWER_SECONDS)
+        return await self._call(send(self.actor, NodeActor.stats), ANSWER_SECONDS)
 
     async def shutdown(self) -> None:
         """Shut the node down cleanly, then end its actor (its worker process)."""
         if self.lost is None:
             try:
-                await self._call(self.actor.shutdown.remote(), ANSWER_SECONDS)
+                await self._call(send(self.actor, NodeActor.shutdown), ANSWER_SECONDS)
             except NodeLost:
                 return
             self.lost = f"node {self.id} is shut down"
@@ -132,7 +144,7 @@ class RayNode:
 
     # -- awaiting the actor ------------------------------------------------------------------------
 
-    async def _call(self, ref: ray.ObjectRef, timeout: float | None = None) -> Any:
+    async def _call(self, ref: ray.ObjectRef[R], timeout: float | None = None) -> R:
         """The call's answer; NodeLost when the actor died, stopped answering pings or took past `timeout`."""
         if self.lost is not None:
             raise NodeLost(self.lost)
@@ -144,7 +156,7 @@ class RayNode:
         finally:
             answer.cancel()
 
-    async def _watch(self, answer: asyncio.Future, timeout: float | None) -> Any:
+    async def _watch(self, answer: asyncio.Future[R], timeout: float | None) -> R:
         loop = asyncio.get_running_loop()
         deadline = None if timeout is None else loop.time() + timeout
         while True:
@@ -157,7 +169,7 @@ class RayNode:
 
     async def _ping(self) -> None:
         try:
-            await asyncio.wait_for(asyncio.wrap_future(self.actor.where.remote().future()), PING_SECONDS)
+            await asyncio.wait_for(asyncio.wrap_future(send(self.actor, NodeActor.where).future()), PING_SECONDS)
         except TimeoutError:
             raise await self._declare_lost(f"no answer to a ping within {PING_SECONDS:.0f} s") from None
 

@@ -86,10 +86,19 @@ class SessionRun:
         self.began.set()
         self.mark(event)
 
+    def budget_end(self) -> float:
+        """The event-loop time at which the budget ends."""
+        assert self.deadline is not None, "the budget starts with INIT"
+        return self.deadline
+
     def remaining(self) -> float:
         """Seconds left of the budget (0 once spent)."""
-        assert self.deadline is not None, "the budget starts with INIT"
-        return max(0.0, self.deadline - asyncio.get_running_loop().time())
+        return max(0.0, self.budget_end() - asyncio.get_running_loop().time())
+
+    def prepared(self) -> tuple[Runtime, HarnessContext]:
+        """The runtime and harness context INIT made: RUN, POSTRUN and evaluation only follow a complete INIT."""
+        assert self.runtime is not None and self.harness_ctx is not None, "INIT prepares the session"
+        return self.runtime, self.harness_ctx
 
     def timing(self) -> Timing:
         line = self.timeline

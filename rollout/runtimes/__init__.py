@@ -10,10 +10,14 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from tracetap.rollout.models import RuntimeSpec
 from tracetap.rollout.runtimes.base import Runtime, RuntimeUnavailable
 from tracetap.rollout.runtimes.local import LocalRuntime
+
+if TYPE_CHECKING:
+    from tracetap.rollout.runtimes.docker_host import ContainerHost
 
 __all__ = ["NodeRuntimes", "Runtime", "RuntimeUnavailable", "create_runtime"]
 logger = logging.getLogger("tracetap.rollout.runtimes")
@@ -48,7 +52,7 @@ class NodeRuntimes:
     def __init__(self, node_id: str, sessions_root: Path) -> None:
         self.node_id, self.sessions_root = node_id, Path(sessions_root)
         self.gateway_url: str | None = None
-        self._hosts: dict = {}  # backend -> DockerHost / PodmanHost, made on first use
+        self._hosts: dict[str, ContainerHost[Any]] = {}  # backend -> DockerHost / PodmanHost, made on first use
 
     async def start(self, gateway_url: str) -> None:
         self.gateway_url = gateway_url
@@ -59,7 +63,7 @@ class NodeRuntimes:
                     logger.warning("node %s: removed %d %s containers left by an earlier run", self.node_id, swept,
                                    backend)
 
-    def _host(self, backend: str):
+    def _host(self, backend: str) -> ContainerHost[Any]:
         from tracetap.rollout.runtimes.docker_host import DockerHost
         from tracetap.rollout.runtimes.podman import PodmanHost
 

@@ -5,7 +5,9 @@ artifacts/, logs/, logs/agent/), so logs land on the host and the evaluator scor
 The container runs `sleep infinity` under Docker's init; each command is a `docker exec` of a small
 wrapper that records its pid (an exec is a session leader, so the pid is its process group) in the
 mount and redirects the command's output to its log files. A timeout or a cancellation kills that group
-through another exec (TERM, then KILL after a grace). Teardown removes the container.
+through another exec (TERM, then KILL after a grace). Teardown removes the container. All of that is
+`ContainerRuntime`, which the podman runtime shares; `DockerRuntime` adds how a container joins the node's
+network.
 """
 
 from __future__ import annotations
@@ -15,13 +17,16 @@ import io
 import posixpath
 import tarfile
 import time
-from collections.abc import Mapping
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import Generic
 
 import docker
+from docker.models.containers import Container
 from tracetap.rollout.models import RuntimeSpec
 from tracetap.rollout.runtimes.base import ExecResult, RuntimeUnavailable, SessionLayout
-from tracetap.rollout.runtimes.docker_host import DockerHost
+from tracetap.rollout.runtimes.docker_host import ContainerHost, L
 from tracetap.rollout.runtimes.docker_network import NO_IPV6, NodeNetwork, confine
 from tracetap.rollout.runtimes.local import KILL_GRACE_SECONDS, TIMED_OUT, RuntimeClosed, _copy, login_command
 from tracetap.store import validate_session_id
@@ -44,18 +49,19 @@ def container_name(session_id: str) -> str:
     return f"tracetap-{validate_session_id(session_id)}"
 
 
-class DockerRuntime:
-    """Implements `runtimes.base.Runtime`; `network` None means the host's network."""
+class ContainerRuntime(ABC, Generic[L]):
+    """Implements `runtimes.base.Runtime` in a container of `host`'s engine; `network` is the node's link (of
+    type L), None for the host's network. Subclasses say how a container is put on the link."""
 
-    def __init__(self, host: DockerHost, sessions_root: Path | str, session_id: str, spec: RuntimeSpec,
-                 labels: Mapping[str, str], network: NodeNetwork | None, kill_grace: float = KILL_GRACE_SECONDS):
+    def __init__(self, host: ContainerHost[L], sessions_root: Path | str, session_id: str, spec: RuntimeSpec,
+                 labels: Mapping[str, str], network: L | None, kill_grace: float = KILL_GRACE_SECONDS):
         self.host, self.spec, self.labels, self.network = host, spec, dict(labels), network
         self.name = container_name(session_id)
         self.session_dir = Path(sessions_root).resolve() / validate_session_id(session_id)
         self.layout = container_layout()
         self.workdir = spec.workdir or self.layout.workspace
         self.kill_grace = kill_grace
-        self.container = None
+        self.container: Container | None = None
         self.closed = False
         self._commands = 0
 
@@ -72,24 +78,22 @@ class DockerRuntime:
         self._share(self.session_dir)
         creating = asyncio.ensure_future(self.host.call(self._create))
         try:
-            self.container = await asyncio.shield(creating)
+            self.container = container = await asyncio.shield(creating)
         except asyncio.CancelledError:  # the engine makes it anyway: keep it so teardown removes it
             self.container = await creating
             raise
-        await self.host.call(self.container.start)
-        await self._connect()
+        await self.host.call(container.start)
+        await self._connect(container)
 
-    async def _connect(self) -> None:
-        """Cut the started container's routes down to the gateway link (nothing to do on the host network)."""
-        if self.network is not None:
-            await self.host.call(self.container.reload)
-            await confine(self.container.attrs["State"]["Pid"], self.network.gateway_ip)
+    @abstractmethod
+    async def _connect(self, container: Container) -> None:
+        """Put the started container on the node's link (nothing to do on the host network)."""
 
     def _command(self) -> list[str]:
         """The container's main process: it only keeps the container up."""
         return ["sleep", "infinity"]
 
-    def _create(self):
+    def _create(self) -> Container:
         try:
             return self.host.client.containers.create(self.spec.image, self._command(), **self._options())
         except docker.errors.ImageNotFound:
@@ -107,10 +111,9 @@ class DockerRuntime:
             options["mem_limit"] = f"{spec.memory_mb}m"
         return options
 
+    @abstractmethod
     def _network_options(self) -> dict:
-        if self.network is None:
-            return {"network_mode": "host"}
-        return {"network": self.network.name, "sysctls": NO_IPV6}
+        """The container's network options: the host's network, or what puts it on the link."""
 
     def _foreign_user(self) -> bool:
         """Whether the container's processes run as a host user other than the one that writes the mount."""
@@ -140,25 +143,31 @@ class DockerRuntime:
 
     # -- exec ----------------------------------------------------------------------------------------
 
-    async def exec(self, command: str, *, env: Mapping[str, str], log_name: str, cwd: str | None = None,
-                   timeout: float | None = None) -> ExecResult:
+    def _running(self) -> Container:
+        """The container; RuntimeClosed before `start` made it or once torn down."""
         if self.closed or self.container is None:
             raise RuntimeClosed(f"the runtime of {self.session_dir.name} is not running")
+        return self.container
+
+    async def exec(self, command: str, *, env: Mapping[str, str], log_name: str, cwd: str | None = None,
+                   timeout: float | None = None) -> ExecResult:
+        container = self._running()
         logs = self._absolute(log_name, self.layout.logs)
         self._host(logs).parent.mkdir(parents=True, exist_ok=True)
         out, err = f"{logs}.stdout.log", f"{logs}.stderr.log"
         self._commands += 1
         pidfile = f"{MOUNT}/{RUN_DIR}/{self._commands}.pid"
         started = time.monotonic()
-        waiting = await self._launch(login_command(command, env.get("PATH")), env, cwd, [pidfile, out, err])
-        returncode = await self._wait(waiting, pidfile, timeout)
+        waiting = await self._launch(container, login_command(command, env.get("PATH")), env, cwd,
+                                     [pidfile, out, err])
+        returncode = await self._wait(container, waiting, pidfile, timeout)
         return ExecResult(returncode, self._host(out), self._host(err), time.monotonic() - started)
 
-    async def _launch(self, command: str, env: Mapping[str, str], cwd: str | None,
-                      files: list[str]) -> asyncio.Future:
+    async def _launch(self, container: Container, command: str, env: Mapping[str, str], cwd: str | None,
+                      files: list[str]) -> asyncio.Future[int]:
         pidfile, out, err = files
         argv = ["bash", "-c", WRAPPER, "tracetap-exec", pidfile, command, out, err]
-        created = await self.host.call(self.host.client.api.exec_create, self.container.id, argv,
+        created = await self.host.call(self.host.client.api.exec_create, container.id, argv,
                                        environment=dict(env), workdir=self._absolute(cwd or self.workdir),
                                        user=self.spec.user or "")
         exec_id = created["Id"]
@@ -169,24 +178,25 @@ class DockerRuntime:
         self.host.waiter.api.exec_start(exec_id)
         return self.host.client.api.exec_inspect(exec_id)["ExitCode"]
 
-    async def _wait(self, waiting: asyncio.Future, pidfile: str, timeout: float | None) -> int:
+    async def _wait(self, container: Container, waiting: asyncio.Future[int], pidfile: str,
+                    timeout: float | None) -> int:
         try:
             done, _ = await asyncio.wait({waiting}, timeout=timeout)
         except asyncio.CancelledError:
-            await asyncio.shield(self._end(waiting, pidfile))
+            await asyncio.shield(self._end(container, waiting, pidfile))
             raise
         if done:
             return waiting.result()
-        await self._end(waiting, pidfile)
+        await self._end(container, waiting, pidfile)
         return TIMED_OUT
 
-    async def _end(self, waiting: asyncio.Future, pidfile: str) -> None:
+    async def _end(self, container: Container, waiting: asyncio.Future[int], pidfile: str) -> None:
         """TERM the command's group, KILL it after the grace; bounded even if the engine stops answering."""
         pgid = await self._pgid(pidfile)
         for signal, seconds in (("TERM", self.kill_grace), ("KILL", KILL_WAIT_SECONDS)):
             if pgid is None or waiting.done():
                 break
-            await self._signal(pgid, signal)
+            await self._signal(container, pgid, signal)
             await asyncio.wait({waiting}, timeout=seconds)
 
     async def _pgid(self, pidfile: str) -> int | None:
@@ -198,9 +208,9 @@ class DockerRuntime:
             await asyncio.sleep(POLL_SECONDS)
         return None
 
-    async def _signal(self, pgid: int, signal: str) -> None:
+    async def _signal(self, container: Container, pgid: int, signal: str) -> None:
         try:
-            await self.host.call(self.container.exec_run, ["bash", "-c", f"kill -s {signal} -- -{pgid}"],
+            await self.host.call(container.exec_run, ["bash", "-c", f"kill -s {signal} -- -{pgid}"],
                                  user=self.spec.user or "")  # bash's kill: images need not ship procps
         except docker.errors.APIError:  # the container is already gone
             pass
@@ -208,8 +218,7 @@ class DockerRuntime:
     # -- files ---------------------------------------------------------------------------------------
 
     async def upload(self, source: Path, target: str) -> None:
-        if self.closed or self.container is None:
-            raise RuntimeClosed(f"the runtime of {self.session_dir.name} is not running")
+        self._running()
         source, path = Path(source), self._absolute(target)
         if not source.exists():
             raise FileNotFoundError(f"upload source {source} does not exist")
@@ -236,28 +245,25 @@ class DockerRuntime:
         path = self._absolute(target)
         if self._in_mount(path):
             return await asyncio.to_thread(self._host(path).read_text, errors="replace")
-        if self.container is None:
-            raise RuntimeClosed(f"the runtime of {self.session_dir.name} is not running")
         try:
-            archive = await self.host.call(_fetch, self.container, path)
+            archive = await self.host.call(_fetch, self._running(), path)
         except docker.errors.NotFound:
             raise FileNotFoundError(f"{path} does not exist in the container") from None
         return _only_file(archive, path).decode(errors="replace")
 
-    async def _put(self, path: str, fill) -> None:
+    async def _put(self, path: str, fill: Callable[[tarfile.TarFile], None]) -> None:
         """Copy into the container outside the mount: a tar unpacked into the target's parent folder."""
-        if self.container is None:
-            raise RuntimeClosed(f"the runtime of {self.session_dir.name} is not running")
+        container = self._running()
         parent = posixpath.dirname(path)
         if parent == path:
             raise ValueError(f"cannot upload to {path!r}")
         buffer = io.BytesIO()
         with tarfile.open(fileobj=buffer, mode="w") as tar:
             await asyncio.to_thread(fill, tar)
-        made = await self.host.call(self.container.exec_run, ["mkdir", "-p", parent], user=self.spec.user or "")
+        made = await self.host.call(container.exec_run, ["mkdir", "-p", parent], user=self.spec.user or "")
         if made.exit_code != 0:
             raise OSError(f"could not create {parent} in the container: {made.output.decode(errors='replace')}")
-        await self.host.call(self.container.put_archive, parent, buffer.getvalue())
+        await self.host.call(container.put_archive, parent, buffer.getvalue())
 
     # -- the end -------------------------------------------------------------------------------------
 
@@ -272,7 +278,22 @@ class DockerRuntime:
             pass
 
 
-def _fetch(container, path: str) -> bytes:
+class DockerRuntime(ContainerRuntime[NodeNetwork]):
+    """A docker container, on the node's internal network (rollout/runtimes/docker_network.py) or the host's."""
+
+    async def _connect(self, container: Container) -> None:
+        """Cut the started container's routes down to the gateway link (nothing to do on the host network)."""
+        if self.network is not None:
+            await self.host.call(container.reload)
+            await confine(container.attrs["State"]["Pid"], self.network.gateway_ip)
+
+    def _network_options(self) -> dict:
+        if self.network is None:
+            return {"network_mode": "host"}
+        return {"network": self.network.name, "sysctls": NO_IPV6}
+
+
+def _fetch(container: Container, path: str) -> bytes:
     chunks, _ = container.get_archive(path)
     return b"".join(chunks)
 

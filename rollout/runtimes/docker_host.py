@@ -11,9 +11,10 @@ from __future__ import annotations
 import asyncio
 import functools
 import os
+from abc import ABC, abstractmethod
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import TypeVar
+from typing import Generic, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
 import docker
@@ -26,6 +27,7 @@ CONTROL_TIMEOUT = 60
 PING_TIMEOUT = 5
 POOL_THREADS = 64
 T = TypeVar("T")
+L = TypeVar("L")  # how a host's containers reach the node's gateway: NodeNetwork (docker), SocketLink (podman)
 
 
 def engine_client(timeout: int | None = CONTROL_TIMEOUT, base_url: str | None = None) -> docker.DockerClient:
@@ -53,19 +55,63 @@ def container_url(gateway_url: str, host: str, port: int) -> str:
     return urlunsplit((parts.scheme, f"{host}:{port}", parts.path, "", ""))
 
 
-class DockerHost:
+def gateway_endpoint(gateway_url: str) -> Endpoint:
+    """The `host:port` of the gateway, where the link forwards to."""
+    parts = urlsplit(gateway_url)
+    if parts.hostname is None or parts.port is None:
+        raise RuntimeUnavailable(f"the gateway URL {gateway_url!r} names no host and port for the containers' link")
+    return Endpoint(parts.hostname, parts.port)
+
+
+class ContainerHost(ABC, Generic[L]):
+    """One engine's share of a node: its clients, their thread pool, the link (of type L) to the gateway."""
+
     def __init__(self, node_id: str, base_url: str | None = None) -> None:
         self.node_id = node_id
         self.client = engine_client(base_url=base_url)
         self.waiter = engine_client(timeout=None, base_url=base_url)
         self.pool = ThreadPoolExecutor(POOL_THREADS, thread_name_prefix=f"docker-{node_id}")
-        self.network: NodeNetwork | None = None
-        self.link_url: str | None = None
+        self._link: tuple[L, str] | None = None  # the link and the gateway URL through it, made on first use
         self._forwarder: Forwarder | None = None
         self._lock = asyncio.Lock()
 
     async def call(self, fn: Callable[..., T], *args, **kwargs) -> T:
         return await asyncio.get_running_loop().run_in_executor(self.pool, functools.partial(fn, *args, **kwargs))
+
+    @abstractmethod
+    async def sweep(self) -> int:
+        """Remove what this node id left on the engine (a crashed predecessor's); the containers removed."""
+
+    async def remove_containers(self) -> int:
+        leftovers = await self.call(self.client.containers.list, all=True,
+                                    filters={"label": f"{LABEL_NODE}={self.node_id}"})
+        await asyncio.gather(*(self.call(container.remove, force=True) for container in leftovers))
+        return len(leftovers)
+
+    async def link(self, gateway_url: str) -> tuple[L, str]:
+        """The node's link and the gateway URL as its containers see it (made on first use)."""
+        async with self._lock:
+            if self._link is None:
+                self._link = await self._open_link(gateway_url)
+            return self._link
+
+    @abstractmethod
+    async def _open_link(self, gateway_url: str) -> tuple[L, str]:
+        """Make the link (keeping its forwarder in `_forwarder`): the link, and the gateway URL through it."""
+
+    async def close(self) -> None:
+        """Stop the link and remove whatever of this node is left (containers first: they use the network)."""
+        if self._forwarder is not None:
+            await self._forwarder.close()
+        await self.sweep()
+        self._link = self._forwarder = None
+        self.client.close()
+        self.waiter.close()
+        self.pool.shutdown(wait=False, cancel_futures=True)
+
+
+class DockerHost(ContainerHost[NodeNetwork]):
+    """A node's docker containers: their link is the node's internal network (rollout/runtimes/docker_network.py)."""
 
     async def sweep(self) -> int:
         """Remove this node id's containers, networks and firewall rules (a crashed predecessor's)."""
@@ -74,37 +120,14 @@ class DockerHost:
         await docker_network.remove_rules(docker_network.bridge_name(self.node_id))
         return removed
 
-    async def remove_containers(self) -> int:
-        leftovers = await self.call(self.client.containers.list, all=True,
-                                    filters={"label": f"{LABEL_NODE}={self.node_id}"})
-        await asyncio.gather(*(self.call(container.remove, force=True) for container in leftovers))
-        return len(leftovers)
-
-    async def link(self, gateway_url: str) -> tuple[NodeNetwork, str]:
-        """The node's network and the gateway URL as its containers see it (made on first use)."""
-        async with self._lock:
-            if self.network is None:
-                await self._open_link(gateway_url)
-        return self.network, self.link_url
-
-    async def _open_link(self, gateway_url: str) -> None:
-        target = urlsplit(gateway_url)
+    async def _open_link(self, gateway_url: str) -> tuple[NodeNetwork, str]:
+        target = gateway_endpoint(gateway_url)
         try:
             network = await self.call(docker_network.create_network, self.client, self.node_id)
         except docker.errors.APIError as exc:
             raise RuntimeUnavailable(f"could not create the container network: {exc.explanation}") from None
-        forwarder = Forwarder(Endpoint(network.gateway_ip), Endpoint(target.hostname, target.port))
+        forwarder = Forwarder(Endpoint(network.gateway_ip), target)
         port = await forwarder.start()
         await docker_network.allow_only(network, port)
-        self.network, self._forwarder = network, forwarder
-        self.link_url = container_url(gateway_url, network.gateway_ip, port)
-
-    async def close(self) -> None:
-        """Stop the link and remove whatever of this node is left (containers first: they use the network)."""
-        if self._forwarder is not None:
-            await self._forwarder.close()
-        await self.sweep()
-        self.network = self._forwarder = self.link_url = None
-        self.client.close()
-        self.waiter.close()
-        self.pool.shutdown(wait=False, cancel_futures=True)
+        self._forwarder = forwarder
+        return network, container_url(gateway_url, network.gateway_ip, port)

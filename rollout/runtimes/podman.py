@@ -22,13 +22,13 @@ import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from urllib.parse import urlsplit
 
 import docker
+from docker.models.containers import Container
 from tracetap.rollout.runtimes import forward
 from tracetap.rollout.runtimes.base import RuntimeUnavailable
-from tracetap.rollout.runtimes.docker import DockerRuntime
-from tracetap.rollout.runtimes.docker_host import DockerHost, container_url
+from tracetap.rollout.runtimes.docker import ContainerRuntime
+from tracetap.rollout.runtimes.docker_host import ContainerHost, container_url, gateway_endpoint
 from tracetap.rollout.runtimes.forward import Endpoint, Forwarder
 
 DEFAULT_URL = "unix:///run/tracetap-podman/podman.sock"  # where scripts/podman.sh starts the service
@@ -52,7 +52,7 @@ class SocketLink:
     folder: Path  # host folder holding the gateway socket and forward.py, mounted at LINK_MOUNT
 
 
-class PodmanHost(DockerHost):
+class PodmanHost(ContainerHost[SocketLink]):
     """A node's podman containers: the engine clients, the unix-socket link, the sweep."""
 
     def __init__(self, node_id: str, base_url: str | None = None) -> None:
@@ -71,8 +71,8 @@ class PodmanHost(DockerHost):
         shutil.rmtree(link_folder(self.node_id), ignore_errors=True)
         return removed
 
-    async def _open_link(self, gateway_url: str) -> None:
-        target, folder = urlsplit(gateway_url), link_folder(self.node_id)
+    async def _open_link(self, gateway_url: str) -> tuple[SocketLink, str]:
+        target, folder = gateway_endpoint(gateway_url), link_folder(self.node_id)
         shutil.rmtree(folder, ignore_errors=True)
         try:
             folder.mkdir(mode=0o755)
@@ -80,11 +80,11 @@ class PodmanHost(DockerHost):
             raise RuntimeUnavailable(f"{folder} exists and cannot be removed: the podman link needs it") from None
         folder.chmod(0o755)
         shutil.copyfile(forward.__file__, folder / "forward.py")
-        forwarder = Forwarder(Endpoint(path=str(folder / LINK_SOCKET)), Endpoint(target.hostname, target.port))
+        forwarder = Forwarder(Endpoint(path=str(folder / LINK_SOCKET)), target)
         await forwarder.start()
         (folder / LINK_SOCKET).chmod(0o666)  # the containers' users are other host users
-        self.network, self._forwarder = SocketLink(folder), forwarder
-        self.link_url = container_url(gateway_url, "127.0.0.1", LINK_PORT)
+        self._forwarder = forwarder
+        return SocketLink(folder), container_url(gateway_url, "127.0.0.1", LINK_PORT)
 
 
 def _socket_owner(base_url: str) -> int | None:
@@ -93,12 +93,12 @@ def _socket_owner(base_url: str) -> int | None:
     return os.stat(path).st_uid if base_url.startswith("unix://") and os.path.exists(path) else None
 
 
-class PodmanRuntime(DockerRuntime):
+class PodmanRuntime(ContainerRuntime[SocketLink]):
     """Implements `runtimes.base.Runtime`; `network` is the node's SocketLink, or None for the host's network."""
 
     host: PodmanHost
 
-    def _create(self):
+    def _create(self) -> Container:
         try:
             return super()._create()
         except docker.errors.APIError as exc:
@@ -124,18 +124,18 @@ class PodmanRuntime(DockerRuntime):
             return super()._command()
         return ["python3", f"{LINK_MOUNT}/forward.py", f"127.0.0.1:{LINK_PORT}", f"{LINK_MOUNT}/{LINK_SOCKET}"]
 
-    async def _connect(self) -> None:
+    async def _connect(self, container: Container) -> None:
         """Wait until the container's end of the link listens (it is the container's main process)."""
         if self.network is None:
             return
         probe = (f"for _ in $(seq {LINK_WAIT_SECONDS * 20}); do (exec 3<>/dev/tcp/127.0.0.1/{LINK_PORT}) "
                  "2>/dev/null && exit 0; sleep 0.05; done; exit 1")
         try:
-            done = await self.host.call(self.container.exec_run, ["bash", "-c", probe], user=self.spec.user or "")
+            done = await self.host.call(container.exec_run, ["bash", "-c", probe], user=self.spec.user or "")
         except docker.errors.APIError:
             done = None
         if done is None or done.exit_code != 0:
-            logs = await self.host.call(self.container.logs)
+            logs = await self.host.call(container.logs)
             raise RuntimeUnavailable(f"the gateway link did not start in {self.spec.image} (it needs python3): "
                                      f"{logs.decode(errors='replace')[-500:]}")
 
