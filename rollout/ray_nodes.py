@@ -230,7 +230,10 @@ def ray_cluster(address: str, cpus: int) -> Iterator[None]:
 
 def _probe(address: str) -> None:
     """A `HOST:PORT` (or `ray://HOST:PORT`) where nothing answers fails here at once: `ray.init` would retry it
-    for minutes. Other forms (`auto`) are left to `ray.init`, which says what is wrong."""
+    for minutes. `auto` is first resolved as `ray.init` resolves it, so a cluster that stopped since it was
+    recorded fails here too."""
+    if address == "auto":
+        address = _resolve_auto()
     host, colon, port = address.removeprefix("ray://").rpartition(":")
     if not colon or not port.isdigit():
         return
@@ -238,6 +241,17 @@ def _probe(address: str) -> None:
         socket.create_connection((host.strip("[]"), int(port)), timeout=PROBE_SECONDS).close()
     except OSError as exc:
         raise RayUnavailable(f"no Ray cluster answers at {address!r}: {exc}") from None
+
+
+def _resolve_auto() -> str:
+    """The `HOST:PORT` that `auto` names (RAY_ADDRESS, the cluster last started on this machine, a running GCS),
+    through ray.init's own lookup (a private function: ray is pinned); `auto` itself when it names no address."""
+    from ray._private.services import get_ray_address_from_environment
+
+    try:
+        return get_ray_address_from_environment("auto", None) or "auto"
+    except ConnectionError as exc:
+        raise RayUnavailable(f"no Ray cluster at 'auto': {exc}") from None
 
 
 @contextmanager

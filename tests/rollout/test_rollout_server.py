@@ -201,3 +201,6 @@ def test_cli_cancel_and_ray_without_a_cluster(server, tmp_path, monkeypatch):
     nobody = f"127.0.0.1:{free_port()}"  # nothing listens there: an error at once, not minutes of retries
     ray = cli("serve", "--ray", nobody, "--store", str(tmp_path / "s"))
     assert ray.exit_code != 0 and f"no Ray cluster answers at '{nobody}'" in ray.output, ray.output
+    monkeypatch.setenv("RAY_ADDRESS", nobody)  # a stale address: `auto` resolves to it and fails as fast
+    ray = cli("serve", "--ray", "auto", "--store", str(tmp_path / "s"))
+    assert ray.exit_code != 0 and f"no Ray cluster answers at '{nobody}'" in ray.output, ray.output
