@@ -24,8 +24,9 @@ from tracetap.store.log_reading import log_rows
 from tracetap.store.schema import COMPLETIONS, STORED_COMPLETIONS
 from tracetap.store.snapshot import Snapshot, snapshot
 
-ATTEMPTS = 10
-FIRST_BACKOFF = 0.002  # seconds before the second attempt, doubled for each next one (~1 s in all)
+ATTEMPTS = 14
+FIRST_BACKOFF = 0.002  # seconds before the second attempt, doubled for each next one (~16 s in all: a
+# statement over the v2 views reads every listed file's schema, so a busy compaction can race several attempts)
 
 T = TypeVar("T")
 
