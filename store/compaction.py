@@ -40,10 +40,11 @@ from tracetap.store.paths import (
     part_covered,
     part_name,
     session_dir,
+    session_of,
     validate_session_id,
 )
 from tracetap.store.schema import STORED_COMPLETIONS
-from tracetap.store.snapshot import visible
+from tracetap.store.snapshot import partitions, visible
 
 LOCK_NAME = ".compact.lock"
 PART_COMPRESSION = "zstd"  # parts hold a session's repeated JSON templates: smaller than snappy (store_size.py)
@@ -52,18 +53,13 @@ STALE_TMP_SECONDS = 3600.0
 
 def _logged(directory: Path) -> pa.Table:
     """The session's rows in the group-commit log (store/commit_log.py), all columns."""
-    return log_rows(directory.parent.parent, directory.name.removeprefix("session_id="))
-
-
-def covered(directory: Path) -> int:
-    """How many seqs (0..n-1) the session's parts cover."""
-    return max(classify(directory)[0], default=0)
+    return log_rows(*session_of(directory))
 
 
 def next_seq(directory: Path) -> int:
     """The seq the next completion of this session gets: one past the highest on disk or in the log."""
     parts, loose = classify(directory)
-    logged = log_seqs(directory.parent.parent, directory.name.removeprefix("session_id="))
+    logged = log_seqs(*session_of(directory))
     return max([*parts, *(seq + 1 for seq in [*loose, *logged])], default=0)
 
 
@@ -154,7 +150,7 @@ def compact_session(root: Path | str, sid: str) -> int:
 
 def recorded_sessions(root: Path | str) -> list[str]:
     """Ids of the sessions with completions (a completions directory, or rows in the log), sorted."""
-    in_dirs = {d.name.removeprefix("session_id=") for d in Path(root, "completions").glob("session_id=*")}
+    in_dirs = {session_of(directory)[1] for directory in partitions(root, "completions")}
     return sorted(sid for sid in in_dirs | logged_sessions(root) if SESSION_ID_PATTERN.fullmatch(sid))
 
 

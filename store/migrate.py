@@ -21,9 +21,9 @@ from tracetap.store.compact_form import History, encode_row
 from tracetap.store.compaction import rewrite_dir
 from tracetap.store.expansion import expand
 from tracetap.store.files import StoreError, check_store, read_version, write_text_atomic
-from tracetap.store.paths import SESSION_ID_PATTERN, VERSION_FILE
+from tracetap.store.paths import VERSION_FILE, session_of
 from tracetap.store.schema import SCHEMA_VERSION, STORED_COMPLETIONS
-from tracetap.store.snapshot import visible
+from tracetap.store.snapshot import partitions, visible
 from tracetap.store.tables import rows_to_table
 
 WRITER_LOCK = ".writer.lock"  # the lock file StoreWriter holds
@@ -67,8 +67,7 @@ def _exclusive(root: Path) -> Iterator[None]:
 
 
 def _sessions(root: Path) -> list[Path]:
-    return [d for d in sorted(Path(root, "completions").glob("session_id=*"))
-            if SESSION_ID_PATTERN.fullmatch(d.name.removeprefix("session_id="))]
+    return [Path(directory) for directory in partitions(root, "completions")]
 
 
 def migrate_store(root: Path | str, dry_run: bool = False,
@@ -83,7 +82,7 @@ def migrate_store(root: Path | str, dry_run: bool = False,
             if all(map(_is_current, files)):
                 report.current += 1
                 continue
-            sid = directory.name.removeprefix("session_id=")
+            sid = session_of(directory)[1]
             rows = sum(pq.read_metadata(p).num_rows for p in files) if dry_run else rewrite_dir(directory, to_current)
             report.add(sid, rows, len(files))
             if progress:

@@ -55,6 +55,12 @@ def _under(root: Path, *parts: str) -> Path:
     return path
 
 
+def session_of(directory: Path | str) -> tuple[Path, str]:
+    """(store root, session id) of a `completions/session_id=<sid>` directory."""
+    directory = Path(directory)
+    return directory.parent.parent, directory.name.removeprefix("session_id=")
+
+
 def session_dir(root: Path, table: str, sid: str, builder: str | None = None) -> Path:
     """`<table>/session_id=<sid>` (trajectories: `trajectories/builder=<b>/session_id=<sid>`)."""
     part = f"session_id={validate_session_id(sid)}"

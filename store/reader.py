@@ -17,6 +17,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.compute as pc
 from tracetap.store.catalog import connect
+from tracetap.store.compaction import recorded_sessions
 from tracetap.store.connection import StoreConnection
 from tracetap.store.files import check_store, read_parquet
 from tracetap.store.log_reading import logged_sessions
@@ -49,8 +50,7 @@ class StoreReader:
 
     def session_ids(self) -> list[str]:
         """Ids of the sessions with recorded completions, sorted."""
-        in_files = {os.path.basename(path).removeprefix(PARTITION) for path in partitions(self.root, "completions")}
-        return sorted(in_files | logged_sessions(self.root))
+        return recorded_sessions(self.root)
 
     def files(self, table: str) -> list[str]:
         """The Parquet files a reader of `table` reads now, for tools that scan them directly."""

@@ -21,6 +21,7 @@ import pyarrow as pa
 from tracetap.store.expansion import expand, inputs
 from tracetap.store.files import read_parquet
 from tracetap.store.log_reading import log_rows
+from tracetap.store.paths import session_of
 from tracetap.store.schema import COMPLETIONS, STORED_COMPLETIONS
 from tracetap.store.snapshot import Snapshot, snapshot
 
@@ -86,6 +87,5 @@ def read_completions(root: Path | str, session_ids: Collection[str] | None = Non
 
 def read_session(directory: Path | str, columns: list[str] | None = None) -> pa.Table:
     """One session's completions (its `completions/session_id=<sid>` directory), see read_completions."""
-    directory = Path(directory)
-    sid = directory.name.removeprefix("session_id=")
-    return read_completions(directory.parent.parent, [sid], columns)[sid]
+    root, sid = session_of(directory)
+    return read_completions(root, [sid], columns)[sid]

@@ -51,11 +51,11 @@ from tracetap.store.flusher import Flusher
 from tracetap.store.log_reading import logged_sessions, segment_sessions
 from tracetap.store.paths import (
     LOG_DIR,
-    SESSION_ID_PATTERN,
     VERSION_FILE,
     log_segments,
     session_dir,
     session_file,
+    session_of,
     validate_name,
     validate_session_id,
 )
@@ -69,6 +69,7 @@ from tracetap.store.schema import (
     UNRECORDED_KINDS,
     empty_row,
 )
+from tracetap.store.snapshot import partitions, visible
 from tracetap.store.tables import rows_to_table
 
 FAILED = ("upstream_error", "timeout")
@@ -221,16 +222,16 @@ class StoreWriter:
     def _forget_covered(self, sessions: dict[str, int], check: list[str]) -> None:
         """Remove from `sessions` ({session: highest seq in a segment}) those of `check` parts now cover."""
         for sid in check:
-            if sessions[sid] < compaction.covered(session_dir(self.root, "completions", sid)):
+            if sessions[sid] < visible(session_dir(self.root, "completions", sid)).covered:
                 del sessions[sid]
 
     def _reconcile(self) -> None:
         """Rewrite the summary rows a crash left behind their completions (a kill -9 between a call's
         durable write and its deferred row save), so readers need not wait for the session's next call.
         Costs one listing and one row read per session; only stale rows are recounted."""
-        for directory in sorted(Path(self.root, "completions").glob("session_id=*")):
-            sid = directory.name.removeprefix("session_id=")
-            if SESSION_ID_PATTERN.fullmatch(sid) and self._saved_count(sid) != compaction.next_seq(directory):
+        for directory in partitions(self.root, "completions"):
+            sid = session_of(directory)[1]
+            if self._saved_count(sid) != compaction.next_seq(Path(directory)):
                 self._save(self._load(sid))  # recounts it; not cached (at most max_sessions are)
 
     def _saved_count(self, sid: str) -> int | None:
