@@ -45,7 +45,7 @@ from tracetap.capture.upstream import (
     parse_chat_response,
     with_token_flags,
 )
-from tracetap.store import StoreReader, validate_session_id
+from tracetap.store import Reader, StoreReader, validate_session_id
 
 logger = logging.getLogger("tracetap.gateway")
 
@@ -106,7 +106,7 @@ class RecordedStore:
     """The store replayed from, read-only."""
 
     def __init__(self, root: Path | str):
-        self.reader = StoreReader(root)
+        self.reader: Reader = StoreReader(root)
 
     def served_models(self) -> list[str]:
         """Served model names of the recorded calls, most used first."""

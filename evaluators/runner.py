@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from tracetap.evaluators.base import EvalInput, EvalResult, EvaluatorError, create, evaluator_name
 from tracetap.evaluators.runtime import EvalRuntime
-from tracetap.store import StoreReader, validate_session_id, write_session_table
+from tracetap.store import Reader, StoreReader, validate_session_id, write_session_table
 
 if TYPE_CHECKING:
     pass  # what tracetap.store.connect() returns
@@ -48,7 +48,7 @@ class SessionScore:
     path: Path
 
 
-def session_rows(reader: StoreReader, session_ids: list[str] | None) -> list[dict]:
+def session_rows(reader: Reader, session_ids: list[str] | None) -> list[dict]:
     """Session rows to score (all, or the given ids; an unknown id is an error)."""
     sessions = reader.sessions(session_ids)
     if session_ids is None:
@@ -73,7 +73,7 @@ def workspace_for(session: dict, workspace_root: Path | None) -> Path | None:
     return Path(workspace) if isinstance(workspace, str) and workspace else None
 
 
-def session_data(reader: StoreReader, sid: str, builder: str) -> tuple[list[dict], list[dict]]:
+def session_data(reader: Reader, sid: str, builder: str) -> tuple[list[dict], list[dict]]:
     """(completion rows by seq, trajectory rows of `builder` by trace_index) of one session."""
     return reader.completions(sid).to_pylist(), reader.trajectories(builder, [sid]).to_pylist()
 
@@ -100,7 +100,7 @@ class EvaluationJob:
         self.name = evaluator_name(type(self.evaluator))
         self.config = self.evaluator.check_config(config)  # bad config fails before any session runs
         self.builder, self.workspace_root, self.timeout, self.tools = builder, workspace_root, timeout, tools
-        self.reader = StoreReader(self.root)
+        self.reader: Reader = StoreReader(self.root)
         self.sessions = session_rows(self.reader, session_ids)
 
     def eval_input(self, session: dict) -> EvalInput:

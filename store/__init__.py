@@ -11,7 +11,7 @@ from tracetap.store.connection import StoreConnection
 from tracetap.store.files import StoreError, check_store, ensure_dir, fsync_dir, storage_schema, write_text_atomic
 from tracetap.store.migrate import Migration, migrate_store
 from tracetap.store.paths import InvalidSessionId, session_dir, task_file, validate_name, validate_session_id
-from tracetap.store.reader import StoreReader, read_task, read_tasks
+from tracetap.store.reader import Reader, StoreReader, read_task, read_tasks
 from tracetap.store.schema import SCHEMA_VERSION, TABLES, describe, empty_row
 from tracetap.store.tables import write_session_table
 from tracetap.store.writer import StoreWriter
@@ -22,6 +22,7 @@ __all__ = [
     "VIEW_COLUMNS",
     "InvalidSessionId",
     "Migration",
+    "Reader",
     "StoreConnection",
     "StoreError",
     "StoreReader",

@@ -13,6 +13,7 @@ import json
 import os
 from collections.abc import Callable, Collection
 from pathlib import Path
+from typing import Protocol
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -40,6 +41,26 @@ def _of_builder(builder: str) -> Callable[[str], bool]:
     """Whether a trajectories file is `builder`'s (`trajectories/builder=<b>/session_id=<sid>/...`)."""
     marker = f"builder={validate_name(builder, 'builder')}"
     return lambda path: os.path.basename(os.path.dirname(os.path.dirname(path))) == marker
+
+
+class Reader(Protocol):
+    """What builders, exports, evaluators, replay and the CLI read through: the contract StoreReader
+    meets, so code outside store/ depends on these methods and not on how a store lays out its files."""
+
+    root: Path
+
+    def session_ids(self) -> list[str]: ...
+    def completions(self, session_id: str, columns: list[str] | None = None) -> pa.Table: ...
+    def completions_of(self, session_ids: Collection[str], columns: list[str] | None = None,
+                       ) -> dict[str, pa.Table]: ...
+    def sessions(self, session_ids: Collection[str] | None = None) -> list[dict]: ...
+    def session(self, session_id: str) -> dict | None: ...
+    def trajectories(self, builder: str, session_ids: Collection[str] | None = None) -> pa.Table: ...
+    def trajectory_session_ids(self, builder: str) -> list[str]: ...
+    def rewards(self, evaluator: str | None = None, session_ids: Collection[str] | None = None) -> list[dict]: ...
+    def connect(self, decode: Callable[[list[int]], str] | None = None,
+                session_ids: Collection[str] | None = None) -> StoreConnection: ...
+    def recorded(self, session_id: str) -> bool: ...
 
 
 class StoreReader:
