@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from store_forms import as_form
 from tracetap.store import StoreWriter, write_session_table
 
 OVERFLOW = "This model's maximum context length is 4096 tokens. However, your prompt contains 4097."
@@ -90,6 +91,7 @@ def make_store(root: Path, *, trajectories: bool = True, rewards: bool = True) -
             for n, row in enumerate(COMPLETIONS[sid]):
                 writer.record_completion({**row, "session_id": sid, "task_id": spec["task_id"],
                                           "completion_id": f"{sid}-{n}"})
+    as_form(root)
     for sid, traces in TRAJECTORIES.items() if trajectories else ():
         write_session_table(root, "trajectories", sid, traces, "part-0.parquet", builder="prefix_merging")
     for sid, reward in REWARDS.items() if rewards else ():

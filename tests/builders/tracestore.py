@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from store_forms import as_form
 from tracetap.store import StoreWriter, connect
 
 
@@ -13,7 +14,7 @@ def write_store(root: Path, rows: list[dict]) -> Path:
     with StoreWriter(root) as writer:
         for row in rows:
             writer.record_completion({k: v for k, v in row.items() if k not in ("seq", "completion_id")})
-    return root
+    return as_form(root)
 
 
 def read_traces(root: Path, builder: str, session_id: str = "s1") -> list[dict]:

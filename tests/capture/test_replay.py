@@ -21,6 +21,7 @@ from click.testing import CliRunner
 from google import genai
 from google.genai import errors as genai_errors
 from google.genai import types
+from store_forms import as_form
 from tracetap.capture.record import Call, build_row
 from tracetap.capture.replay import RecordedStore, ReplayMiss, ReplayUpstream, chat_body
 from tracetap.capture.upstream import (
@@ -361,7 +362,7 @@ def source(tmp_path_factory) -> RecordedStore:
                     recorded_call("s", "error_context_overflow", FAILING, "upstream_error"),
                     recorded_call("s", "error_unknown_model", MISSED, "client_error")):
             writer.record_completion(row)
-    return RecordedStore(root)
+    return RecordedStore(as_form(root))
 
 
 def replay_calls(source: RecordedStore, calls: list[tuple[dict, str]], **options) -> list:

@@ -10,8 +10,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pyarrow.parquet as pq
 import pytest
 from click.testing import CliRunner
+from sample_store import make_store
+from store_forms import V1_SCHEMA, as_form
 from store_rows import snapshot
 from tracetap.builders.exports import export
 from tracetap.builders.runner import build
@@ -32,7 +35,7 @@ def v1(tmp_path: Path) -> Path:
     return Path(shutil.copytree(FIXTURE, tmp_path / "store"))
 
 
-def everything(root: Path, out: Path) -> dict:
+def everything(root: Path, out: Path, sessions: list[str] = SESSIONS) -> dict:
     """What readers give: builds and exports, the completions view, the Python reader, the Polars scan."""
     exports = {}
     for builder in ("per_request", "prefix_merging"):
@@ -42,7 +45,7 @@ def everything(root: Path, out: Path) -> dict:
     columns = ", ".join(f'"{name}"' for name in COMPLETIONS.names)
     view = connect(root).execute(f"SELECT {columns}, chain_index, side_call FROM completions "
                                  "ORDER BY session_id, seq").fetchall()
-    python = {sid: read_session(session_dir(root, "completions", sid)).to_pylist() for sid in SESSIONS}
+    python = {sid: read_session(session_dir(root, "completions", sid)).to_pylist() for sid in sessions}
     frame = scan(root, "completions").sort(["session_id", "seq"]).collect().rows()
     return {"view": view, "python": python, "scan": frame, "exports": exports}
 
@@ -113,3 +116,18 @@ def test_the_command_prints_counts_and_refuses_a_store_with_a_writer(v1):
     with StoreWriter(v1):
         busy = CliRunner().invoke(cli, ["migrate", "--store", str(v1)])
     assert busy.exit_code == 1 and "open in a StoreWriter" in busy.output
+
+
+@pytest.mark.parametrize("form", ["v1", "v1-migrated"])
+def test_the_store_forms_the_read_side_suites_run_on_read_the_same(tmp_path, form):
+    """scripts/test.sh runs the read-side suites on stores rewritten by tests/store_forms.py: check that a
+    rewrite gives the version it names, in its layout, and reads as what the writer recorded."""
+    root = make_store(tmp_path / "store")
+    before = everything(root, tmp_path, ["s1", "s2", "s3"])
+    as_form(root, form)
+    version, parts = ("1", V1_SCHEMA) if form == "v1" else ("2", None)
+    assert (root / "VERSION").read_text() == f"{version}\n" and not (root / "log").exists()
+    files = sorted(root.glob("completions/*/*.parquet"))
+    assert [f.name for f in files] == ["part-4.parquet", "part-3.parquet", "part-2.parquet"]
+    assert parts is None or all(pq.read_schema(f).equals(parts) for f in files)
+    assert everything(root, tmp_path, ["s1", "s2", "s3"]) == before
