@@ -1,4 +1,5 @@
-"""The mitmproxy addon: hooks only. Every call is answered by `GatewayService`; nothing is forwarded.
+"""The mitmproxy addon: hooks only. Every call is answered by `GatewayService`; nothing is forwarded
+(except the hosts a proxy-mode gateway is told to pass, capture/proxy_mode.py).
 
 Options (all `tracetap_*`) are declared in `load` and read once in `configure`; the store writer,
 the upstream client and the idle-compaction task live from `running` to `done`.
@@ -22,6 +23,7 @@ from tracetap.store import StoreWriter
 
 logger = logging.getLogger("tracetap.gateway")
 _PROTOCOL_ERROR_KINDS = {400: "invalid_request", 413: "payload_too_large"}
+PASSED = "tracetap_passed"  # flow metadata: proxy mode lets this flow through, unanswered and unrecorded
 
 
 @dataclass(frozen=True)
@@ -93,7 +95,7 @@ class Gateway:
 
     async def request(self, flow: http.HTTPFlow) -> None:
         """Answer here, always: a flow left without a response would be forwarded unrecorded."""
-        if flow.response is not None:
+        if flow.response is not None or flow.metadata.get(PASSED):
             return
         try:
             reply = await self._answer(flow.request)

@@ -1,4 +1,5 @@
-"""Bootstrap: run mitmproxy (pinned 11.0.2) in reverse mode with the Gateway addon, in this process.
+"""Bootstrap: run mitmproxy (pinned 11.0.2) with the Gateway addon, in this process: in reverse mode (the
+harness's base URL points here) or in regular mode, an explicit HTTPS proxy (capture/proxy_mode.py).
 
 `DumpMaster` is not a stable public API and must be built inside a running event loop, so this
 module is the only place that touches it. SIGTERM and SIGINT stop the master cleanly; the addon's
@@ -17,6 +18,7 @@ from mitmproxy.options import Options
 from mitmproxy.tools.dump import DumpMaster
 from tracetap.capture import READY_MARKER, framing
 from tracetap.capture.addon import Gateway
+from tracetap.capture.proxy_mode import HostPolicy, ProxyMode
 from tracetap.capture.service import MAX_BODY
 
 
@@ -41,30 +43,37 @@ def announce(host: str, port: int) -> None:
 
 def run_gateway(store: Path, listen_host: str, listen_port: int, upstream_url: str,
                 upstream_kind: str = "vllm", served_model: str | None = None, confdir: Path | None = None,
-                on_ready: Callable[[str, int], None] = announce, **settings: float | str | list[str]) -> None:
+                on_ready: Callable[[str, int], None] = announce, proxy: HostPolicy | None = None,
+                **settings: float | str | list[str]) -> None:
     """Serve until SIGTERM/SIGINT. A `listen_port` of 0 picks a free port (reported to `on_ready`).
 
     `settings` are the addon's other tracetap_* options without the prefix (see `Gateway.load`): the
     numbers timeout, max_body, compact_every, idle_seconds, and for replay mode replay (a store path),
     replay_session, replay_miss ("error" or "forward") and replay_ignore (a list of field paths);
-    redact_keys lists more secret key names."""
+    redact_keys lists more secret key names. With `proxy` (a HostPolicy) the gateway is an explicit
+    proxy that answers the policy's provider hosts."""
     options = {"store": str(store), "upstream": upstream_url, "upstream_kind": upstream_kind,
                "served_model": served_model or "", **settings}
-    asyncio.run(_serve(listen_host, listen_port, upstream_url, confdir, options, on_ready))
+    if proxy is not None:
+        options.update(provider_hosts=[f"{h}={api}" for h, api in proxy.providers.items()],
+                       pass_hosts=sorted(proxy.passed))
+    asyncio.run(_serve(listen_host, listen_port, upstream_url, confdir, options, on_ready, proxy))
 
 
 async def _serve(listen_host: str, listen_port: int, upstream_url: str, confdir: Path | None,
-                 options: dict, on_ready: Callable[[str, int], None]) -> None:
+                 options: dict, on_ready: Callable[[str, int], None], proxy: HostPolicy | None) -> None:
     opts = Options()
     master = DumpMaster(opts, with_termlog=False, with_dumper=False)
     master.addons.get("errorcheck").repeat_errors_on_stderr = True
     gateway = Gateway()
+    if proxy is not None:
+        master.addons.add(ProxyMode(gateway))  # its hooks run before the gateway's
     master.addons.add(gateway, _Announce(gateway, on_ready))
     framing.install(gateway.protocol_error)
     # options exist once the addons that declare them are loaded; the body limit applies while the
     # body is read, so an oversized one is refused before it is buffered
-    opts.update(mode=[f"reverse:{upstream_url}"], listen_host=listen_host, listen_port=listen_port,
-                connection_strategy="lazy", body_size_limit=str(options.get("max_body", MAX_BODY)),
+    opts.update(listen_host=listen_host, listen_port=listen_port, connection_strategy="lazy",
+                body_size_limit=str(options.get("max_body", MAX_BODY)), **_mode(upstream_url, proxy),
                 **{f"tracetap_{k}": v for k, v in options.items()})
     if confdir is not None:
         opts.update(confdir=str(confdir))
@@ -72,3 +81,11 @@ async def _serve(listen_host: str, listen_port: int, upstream_url: str, confdir:
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, master.shutdown)
     await master.run()
+
+
+def _mode(upstream_url: str, proxy: HostPolicy | None) -> dict:
+    """mitmproxy's mode options. As a proxy: no upstream connection is opened to look up a certificate
+    (provider hosts are never resolved) and HTTP/1.1 only, the framing the gateway's error hooks know."""
+    if proxy is None:
+        return {"mode": [f"reverse:{upstream_url}"]}
+    return {"mode": ["regular"], "ignore_hosts": proxy.ignore_patterns(), "upstream_cert": False, "http2": False}

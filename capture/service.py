@@ -260,7 +260,7 @@ class GatewayService:
             sid = validate_session_id(route.target)
         except InvalidSessionId as exc:
             raise Reject(400, str(exc)) from None
-        if not self.writer.has_completions(sid):
+        if not self.writer.has_session(sid):
             raise Reject(404, f"no session {sid!r} in this store", "not_found")
         await asyncio.to_thread(self.writer.close_session, sid)
         self.registered.discard(sid)

@@ -66,13 +66,13 @@ def bind(path: str, headers: Mapping[str, str], query: Mapping[str, str],
     key = api_key(headers, query)
     found = _assigned(sid, headers, query)
     if found:
-        return Binding(_valid(found[0], rest), rest, found[1])
+        return Binding(checked_session(found[0], rest), rest, found[1])
     bare = (key or "").strip()  # whitespace in a key that names a session is a 400
     if key is not None and (bare in registered or bare.startswith(SESSION_KEY_PREFIX)):
-        return Binding(_valid(key, rest, shown="the API key"), rest, "api_key")
+        return Binding(checked_session(key, rest, shown="the API key"), rest, "api_key")
     own = headers.get(HARNESS_SESSION_HEADER)
     if _given(own):
-        return Binding(_valid(own, rest), rest, "harness_header")
+        return Binding(checked_session(own, rest), rest, "harness_header")
     if key is not None:
         return Binding(key_session_id(bare), rest, "api_key")
     return Binding(DEFAULT_SESSION, rest, "default")
@@ -106,7 +106,7 @@ def _given(value: object) -> TypeGuard[str]:
     return isinstance(value, str) and bool(value.strip())
 
 
-def _valid(sid: str, path: str, shown: str | None = None) -> str:
+def checked_session(sid: str, path: str, shown: str | None = None) -> str:
     """`shown` replaces the value in the message when it is a credential."""
     try:
         return validate_session_id(sid)

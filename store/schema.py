@@ -95,6 +95,8 @@ SESSIONS = pa.schema([
     _f("upstream_failures_json", pa.string(), "upstream failures: {kind: count, last_at, last_kind}"),
     _f("unrecorded_json", pa.string(), "calls answered but not recorded: {kind: count}, kinds "
        + " | ".join(UNRECORDED_KINDS)),
+    _f("refused_hosts_json", pa.string(), "proxy mode: hosts the gateway refused to reach for this session, "
+       "{host: count}"),
     _f("metadata_json", pa.string(), "free-form session metadata"),
 ])
 

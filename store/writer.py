@@ -76,6 +76,7 @@ FAILED = ("upstream_error", "timeout")
 SESSION_SAVE_DELAY = 0.5  # seconds the calls of a session wait to share one summary-row rewrite (derived
 # data, recounted on open; at 0.05 s a busy gateway rewrote ~1 row per call, ~0.7 ms CPU each)
 MAX_SESSIONS = 1024  # session states kept in memory (a few KB each); older idle ones are dropped
+MAX_HOST = 255  # a DNS name is at most 253 characters; a refused host longer than this is not one
 _RECOUNT_COLUMNS = ["status", "http_status", "prompt_tokens", "completion_tokens", "created_at",
                     "finished_at", "task_id", "metadata_json", "chat_response_json"]
 
@@ -90,6 +91,7 @@ class _Session:
     next_seq: int
     failures: dict = field(default_factory=dict)
     unrecorded: dict[str, int] = field(default_factory=dict)
+    refused: dict[str, int] = field(default_factory=dict)  # host -> refusals (proxy mode)
     last_write: float = 0.0
     dirty: bool = False  # has files compaction has not merged yet
     version: int = 0  # bumped on every change of the summary; `saved` is the version on disk
@@ -101,7 +103,7 @@ class _Session:
 
     def snapshot(self) -> dict:
         return {**self.row, "upstream_failures_json": _json_or_none(self.failures),
-                "unrecorded_json": _json_or_none(self.unrecorded)}
+                "unrecorded_json": _json_or_none(self.unrecorded), "refused_hosts_json": _json_or_none(self.refused)}
 
 
 def _json_or_none(counts: dict) -> str | None:
@@ -284,12 +286,13 @@ class StoreWriter:
         self._flusher.submit(sid)
         return full
 
-    def has_completions(self, sid: str) -> bool:
-        """Whether the session recorded any call (in the log or in its files)."""
+    def has_session(self, sid: str) -> bool:
+        """Whether the store knows the session: a recorded call (in the log or in its files), a
+        registration, or a call or refusal counted under it."""
         with self._lock:
             state = self._sessions.get(validate_session_id(sid))
-        if state is not None:
-            return state.next_seq > 0
+        if state is not None or session_file(self.root, sid).exists():
+            return True
         return compaction.next_seq(session_dir(self.root, "completions", sid)) > 0
 
     def note_unrecorded(self, sid: str, kind: str) -> None:
@@ -299,6 +302,16 @@ class StoreWriter:
             raise ValueError(f"unrecorded kind must be one of {UNRECORDED_KINDS}, got {kind!r}")
         with self._locked(validate_session_id(sid)) as state:
             state.unrecorded[kind] = state.unrecorded.get(kind, 0) + 1
+            state.version += 1
+        self._flusher.submit(sid)
+
+    def note_refused(self, sid: str, host: str) -> None:
+        """Count a connection the proxy refused (a host that is not a model API), so a session shows
+        what its harness tried to reach; saved with the summary row, shortly after."""
+        if not (0 < len(host) <= MAX_HOST and host.isprintable()):
+            raise ValueError(f"a refused host must be printable text of 1 to {MAX_HOST} characters")
+        with self._locked(validate_session_id(sid)) as state:
+            state.refused[host] = state.refused.get(host, 0) + 1
             state.version += 1
         self._flusher.submit(sid)
 
@@ -395,6 +408,7 @@ class StoreWriter:
         state = _Session(directory, path, rows[0] if rows else _new_row(sid), compaction.next_seq(directory))
         state.failures = json.loads(state.row["upstream_failures_json"] or "{}")
         state.unrecorded = json.loads(state.row["unrecorded_json"] or "{}")
+        state.refused = json.loads(state.row["refused_hosts_json"] or "{}")
         if state.row["completions"] != state.next_seq:
             self._recount(state)
         return state

@@ -42,13 +42,23 @@ LOCAL = "local"
 @click.option("--replay-ignore", multiple=True, metavar="FIELD",
               help="Chat request field left out of replay matching, as a dotted path with * for any key or "
                    "index, e.g. temperature or 'tools.*.function.description' (repeatable).")
+@click.option("--mode", type=click.Choice(["reverse", "proxy"]), default="reverse", show_default=True,
+              help="reverse: harnesses point their base URL here. proxy: an explicit HTTPS proxy "
+                   "(HTTPS_PROXY=http://<session>@HOST:PORT, trusting `tracetap ca`) that answers model API "
+                   "hosts itself and refuses every other host.")
+@click.option("--provider-host", "provider_hosts", multiple=True, metavar="HOST=API",
+              help="Proxy mode: another model API host to answer, API one of anthropic, openai, gemini "
+                   "(built in: api.anthropic.com, api.openai.com, generativelanguage.googleapis.com).")
+@click.option("--pass", "passed", multiple=True, metavar="HOST",
+              help="Proxy mode: let this host through untouched and unrecorded (repeatable).")
 @click.option("--redact-key", "redact_keys", multiple=True, metavar="NAME",
               help="Another key name whose values are secrets, masked in the store and never sent upstream "
                    "(any spelling: camelCase, snake_case, kebab-case; repeatable).")
 def command(store: Path, listen: tuple[str, int], upstream: str, upstream_kind: str, served_model: str | None,
             script: Path | None, max_model_len: int, timeout: float, max_body: int | None, idle_compact: float,
             replay: Path | None, replay_session: str | None, replay_miss: str, replay_ignore: tuple[str, ...],
-            redact_keys: tuple[str, ...]) -> None:
+            redact_keys: tuple[str, ...], mode: str, provider_hosts: tuple[str, ...],
+            passed: tuple[str, ...]) -> None:
     """Run the gateway until Ctrl-C / SIGTERM.
 
     Point a harness at the printed base URLs; every call is recorded in STORE at token level.
@@ -57,19 +67,20 @@ def command(store: Path, listen: tuple[str, int], upstream: str, upstream_kind: 
 
     Example: tracetap gateway --store runs/store --script demo.jsonl
     """
+    from tracetap.capture.certificate import ca_dir
     from tracetap.capture.proxy import run_gateway
-    from tracetap.engine.cache import home_dir
 
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     if script is not None and upstream != LOCAL:
         raise click.UsageError("--script drives the embedded engine; it cannot be used with --upstream URL")
     replaying = _replay_options(store, replay, replay_session, replay_miss, replay_ignore)
+    proxy = _proxy_policy(mode, provider_hosts, passed)
     limits: dict[str, Any] = {"max_body": max_body} if max_body else {}
     engine = _start_engine(script, served_model, max_model_len) if upstream == LOCAL else None
     try:
         url = engine.url if engine else upstream
-        run_gateway(store, listen[0], listen[1], url, upstream_kind, served_model, confdir=home_dir() / "mitmproxy",
-                    on_ready=lambda host, port: _announce(host, port, store, url, upstream_kind, replay),
+        run_gateway(store, listen[0], listen[1], url, upstream_kind, served_model, confdir=ca_dir(), proxy=proxy,
+                    on_ready=lambda host, port: _announce(host, port, store, url, upstream_kind, replay, proxy),
                     timeout=timeout, idle_seconds=idle_compact, compact_every=_compact_every(idle_compact),
                     redact_keys=list(redact_keys), **limits, **replaying)
     finally:
@@ -102,6 +113,20 @@ def _replay_options(store: Path, replay: Path | None, session: str | None, miss:
             "replay_ignore": list(ignore)}
 
 
+def _proxy_policy(mode: str, provider_hosts: tuple[str, ...], passed: tuple[str, ...]):
+    """Proxy mode's HostPolicy (None in reverse mode), its host lists checked before anything starts."""
+    from tracetap.capture.proxy_mode import host_policy
+
+    if mode == "reverse":
+        if provider_hosts or passed:
+            raise click.UsageError("--provider-host and --pass need --mode proxy")
+        return None
+    try:
+        return host_policy(provider_hosts, passed)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc)) from None
+
+
 def _compact_every(idle_seconds: float) -> float:
     """Look for idle sessions often enough to honour short idle times, at most every 30 s."""
     return max(0.5, min(30.0, idle_seconds / 2))
@@ -118,13 +143,18 @@ def _start_engine(script: Path | None, served_model: str | None, max_model_len: 
         raise click.BadParameter(str(exc), param_hint="--script") from None
 
 
-def _announce(host: str, port: int, store: Path, upstream: str, kind: str, replay: Path | None = None) -> None:
+def _announce(host: str, port: int, store: Path, upstream: str, kind: str, replay: Path | None = None,
+              proxy=None) -> None:
     from tracetap.capture.proxy import announce
 
     root = f"http://{host}:{port}"
     click.echo(f"recording into {store} (upstream {upstream}, {kind})")
     if replay is not None:
         click.echo(f"  answering from the completions recorded in {replay}")
+    if proxy is not None:
+        click.echo(f"  proxy mode: HTTPS_PROXY=http://<session-id>@{host}:{port}, trusting the CA (tracetap ca --env)")
+        passing = ", ".join(sorted(proxy.passed)) or "-"
+        click.echo(f"  answering {', '.join(sorted(proxy.providers))}; passing {passing}")
     click.echo(f"  OpenAI Chat / Responses base URL: {root}/v1")
     click.echo(f"  Anthropic base URL:               {root}")
     click.echo(f"  Gemini base URL:                  {root}")
