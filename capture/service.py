@@ -13,6 +13,7 @@ counted per session. The body sent upstream is redacted (capture/redact.py) like
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import time
 import uuid
@@ -262,9 +263,11 @@ class GatewayService:
             raise Reject(400, str(exc)) from None
         if not self.writer.has_session(sid):
             raise Reject(404, f"no session {sid!r} in this store", "not_found")
-        await asyncio.to_thread(self.writer.close_session, sid)
+        row = await asyncio.to_thread(self.writer.close_session, sid)
         self.registered.discard(sid)
-        return Reply(200, dump_bytes({"session_id": sid, "status": "closed"}))
+        refused = json.loads(row["refused_hosts_json"] or "{}")
+        return Reply(200, dump_bytes({"session_id": sid, "status": "closed", "calls": row["completions"],
+                                      "refused_hosts": refused}))
 
     async def _register(self, request: Request, route: routes.Route, binding, data: None) -> Reply:
         """Name a session's task and harness before its harness runs; its id then binds as an API key."""

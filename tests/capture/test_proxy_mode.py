@@ -167,3 +167,45 @@ def test_the_ca_key_is_private_to_its_owner(tracetap_home):
     assert stat.S_IMODE(ca_key().stat().st_mode) == 0o600
     assert ca_key().is_relative_to(tracetap_home) and ca_cert().is_relative_to(tracetap_home)
     assert "PRIVATE KEY" not in ca_cert().read_text()
+
+
+def tracetap(*args: str) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if not k.endswith(("_PROXY", "_proxy"))}
+    return subprocess.run([sys.executable, "-m", "tracetap.cli", *args], env=env, capture_output=True, text=True,
+                          timeout=300)
+
+
+def test_tracetap_run_records_a_command_with_no_base_url_and_reports_what_it_refused(tmp_path):
+    script = live.write_script(tmp_path / "script.jsonl", SCRIPT)
+    both = OPENAI + FETCH.replace("sys.argv[1]", "sys.argv[1] + '/v1/traces'")
+    with origin("127.0.0.2") as refused:
+        done = tracetap("run", "--store", str(tmp_path / "store"), "--script", str(script), "--session", "run-1",
+                        "--", sys.executable, "-c", both, refused)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "403 tracetap proxy: 127.0.0.2" in done.stdout
+    assert "session run-1: 2 calls recorded in store" in done.stderr
+    assert "refused 127.0.0.2 (1x)" in done.stderr
+    rows = session_rows(tmp_path / "store", "run-1")
+    assert [row["status"] for row in rows] == ["ok", "ok"]
+    with connect(tmp_path / "store") as con:
+        assert con.execute("SELECT status FROM sessions WHERE session_id = 'run-1'").fetchone() == ("closed",)
+
+
+def test_tracetap_run_exits_with_the_commands_code_and_stops_its_gateway(tmp_path):
+    script = live.write_script(tmp_path / "script.jsonl", SCRIPT)
+    done = tracetap("run", "--store", str(tmp_path / "store"), "--script", str(script), "--",
+                    sys.executable, "-c", "import os, sys; print(os.environ['HTTPS_PROXY']); sys.exit(3)")
+    assert done.returncode == 3
+    assert "nothing recorded for session run-" in done.stderr
+    port = int(done.stdout.strip().rpartition(":")[2])
+    assert subprocess.run(["ss", "-ltnH", f"sport = :{port}"], capture_output=True, text=True).stdout == ""
+
+
+def test_tracetap_ca_prints_the_certificate_and_the_trust_environment():
+    path = tracetap("ca")
+    assert path.returncode == 0 and Path(path.stdout.strip()) == ca_cert()
+    lines = tracetap("ca", "--env").stdout.splitlines()
+    names = [line.removeprefix("export ").partition("=")[0] for line in lines]
+    assert names == ["NODE_EXTRA_CA_CERTS", "SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE"]
+    bundle = Path(lines[1].partition("=")[2])
+    assert bundle.read_text().endswith(ca_cert().read_text()) and bundle.stat().st_size > 100_000
