@@ -30,7 +30,10 @@ _TEXT = {"content-type": "text/plain; charset=utf-8"}
 # the API families a --provider-host may speak (detection still goes by each call's path and headers)
 API_FAMILIES = {"anthropic": ANTHROPIC, "openai": OPENAI_CHAT, "gemini": GEMINI}
 PROVIDER_HOSTS = {"api.anthropic.com": "anthropic", "api.openai.com": "openai",
-                  "generativelanguage.googleapis.com": "gemini"}
+                  "generativelanguage.googleapis.com": "gemini",
+                  # Alibaba's DashScope, Qwen Code's default, speaks Chat Completions under /compatible-mode
+                  "dashscope.aliyuncs.com": "openai", "dashscope-intl.aliyuncs.com": "openai"}
+PATH_PREFIXES = {"dashscope.aliyuncs.com": "/compatible-mode", "dashscope-intl.aliyuncs.com": "/compatible-mode"}
 _HOST = re.compile(r"^(?=.{1,253}$)[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?)*$")
 ANSWER, PASS, REFUSE = "answer", "pass", "refuse"
 
@@ -105,16 +108,20 @@ class ProxyMode:
     def __init__(self, gateway: Gateway) -> None:
         self.gateway = gateway
         self.policy = HostPolicy(PROVIDER_HOSTS, frozenset())
+        self.fallback: str | None = None  # the session of proxied calls that carry no proxy credential
         self.credentials: dict[str, str] = {}  # client connection id -> session named by its CONNECT
         self.tunnels: set[str] = set()  # client connections that sent a CONNECT
 
     def load(self, loader) -> None:
         loader.add_option("tracetap_provider_hosts", Sequence[str], [], "More model API hosts, as HOST=API.")
         loader.add_option("tracetap_pass_hosts", Sequence[str], [], "Hosts let through untouched, unrecorded.")
+        loader.add_option("tracetap_proxy_session", str, "", "Session of proxied calls with no proxy credential.")
 
     def configure(self, updated: set[str]) -> None:
         if updated & {"tracetap_provider_hosts", "tracetap_pass_hosts"}:
             self.policy = host_policy(ctx.options.tracetap_provider_hosts, ctx.options.tracetap_pass_hosts)
+        if "tracetap_proxy_session" in updated:
+            self.fallback = ctx.options.tracetap_proxy_session or None
 
     async def http_connect(self, flow: http.HTTPFlow) -> None:
         self.tunnels.add(flow.client_conn.id)
@@ -126,7 +133,7 @@ class ProxyMode:
         if sid is not None:
             self.credentials[flow.client_conn.id] = sid
         if self.policy.verdict(flow.request.host) == REFUSE:
-            await self._refuse(flow, sid)
+            await self._refuse(flow, sid or self.fallback)
 
     async def request(self, flow: http.HTTPFlow) -> None:
         if self._to_gateway(flow):
@@ -136,14 +143,17 @@ class ProxyMode:
             flow.metadata[PASSED] = True
             return
         try:
-            sid = credential_session(_lower(flow.request.headers)) or self.credentials.get(flow.client_conn.id)
+            sid = (credential_session(_lower(flow.request.headers)) or self.credentials.get(flow.client_conn.id)
+                   or self.fallback)
         except SessionError as exc:
             sid, flow.response = None, _error(flow.request, exc)
         flow.request.headers.pop("proxy-authorization", None)
         if verdict == REFUSE:
             await self._refuse(flow, sid)
-        elif sid is not None and flow.response is None:
-            flow.request.headers[SESSION_HEADER] = sid
+        elif flow.response is None:
+            _to_provider_path(flow.request)
+            if sid is not None:
+                flow.request.headers[SESSION_HEADER] = sid
 
     def _to_gateway(self, flow: http.HTTPFlow) -> bool:
         """A request addressed to the gateway's own socket rather than through it to another host."""
@@ -161,6 +171,13 @@ class ProxyMode:
         flow.response = http.Response.make(403, refusal_message(host), _TEXT)
         if self.gateway.service is not None:
             await asyncio.to_thread(self.gateway.service.writer.note_refused, sid or DEFAULT_SESSION, host)
+
+
+def _to_provider_path(request: http.Request) -> None:
+    """A provider that serves an API under a prefix of its own: the path the gateway knows."""
+    prefix = PATH_PREFIXES.get(request.host.lower().rstrip("."))
+    if prefix and request.path.startswith(prefix + "/"):
+        request.path = request.path[len(prefix):]
 
 
 def _lower(headers: http.Headers) -> dict[str, str]:

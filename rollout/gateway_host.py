@@ -52,7 +52,7 @@ class GatewayHost:
             return False
         if reply.status_code != 200:
             raise GatewayError(f"the gateway could not close {session_id}: {reply.status_code} {reply.text}")
-        return True
+        return reply.json()["calls"] > 0
 
     async def _post(self, path: str, body: dict | None) -> httpx.Response:
         if self._client is None:

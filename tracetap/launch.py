@@ -16,7 +16,6 @@ from typing import Self
 
 from tracetap.capture import READY_MARKER
 
-LOOPBACK = "localhost,127.0.0.1,::1"  # NO_PROXY: a harness's own local services are not proxied
 _DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # ignores *_PROXY in our own env
 
 
@@ -75,22 +74,22 @@ class GatewayProcess(ChildProcess):
 
 def close_session(gateway_url: str, session_id: str) -> dict:
     """Tell a gateway a session is over: it compacts the session's files and marks it closed.
-    Returns its answer: `{session_id, status, calls, refused_hosts}`. Never sent through a proxy."""
-    request = urllib.request.Request(f"{gateway_url}/sessions/{session_id}/close", method="POST", data=b"")
+    Returns its answer: `{session_id, status, calls, refused_hosts}`."""
+    return _post(f"{gateway_url}/sessions/{session_id}/close", None)
+
+
+def register_session(gateway_url: str, session_id: str, metadata: dict | None = None) -> dict:
+    """Name a session before its first call: its id then binds as an API key too (DESIGN §4)."""
+    return _post(f"{gateway_url}/sessions", {"session_id": session_id, "metadata": metadata or {}})
+
+
+def _post(url: str, body: dict | None) -> dict:
+    """POST to a gateway's own endpoints, never through a proxy; raises urllib.error.HTTPError."""
+    data = b"" if body is None else json.dumps(body).encode()
+    request = urllib.request.Request(url, method="POST", data=data, headers={"content-type": "application/json"})
     with _DIRECT.open(request, timeout=60) as reply:
         return json.loads(reply.read())
 
-
-def proxy_env(gateway_url: str, session_id: str) -> dict[str, str]:
-    """What a process needs to be recorded through a proxy-mode gateway: the proxy, with the session
-    as its user name, for every scheme and spelling tools read, loopback left direct, and the CA trusted."""
-    from tracetap.capture.certificate import trust_env
-
-    scheme, _, address = gateway_url.partition("://")
-    proxy = f"{scheme}://{session_id}@{address.rstrip('/')}"
-    env = {name: proxy for name in ("HTTPS_PROXY", "HTTP_PROXY", "https_proxy", "http_proxy")}
-    env.update(NO_PROXY=LOOPBACK, no_proxy=LOOPBACK, NODE_USE_ENV_PROXY="1", TRACETAP_SESSION=session_id)
-    return {**env, **trust_env()}
 
 
 def start_gateway(store: Path, *args: str, port: int | None = None, timeout: float = 120.0,

@@ -26,6 +26,7 @@ class HarnessContext:
     model_name: str | None = None
     settings: Mapping[str, Any] = field(default_factory=dict)
     contained: bool = False       # the runtime is a container: CLIs are on the image's PATH, not this host's
+    via_proxy: bool = False       # the gateway is the harness's HTTPS proxy: no base URLs, default API hosts
 
 
 @dataclass(frozen=True)
@@ -61,15 +62,23 @@ def session_base_url(ctx: HarnessContext) -> str:
 
 
 def gateway_env(ctx: HarnessContext) -> dict[str, str]:
-    """What every step sees: the gateway's base URL for each provider API, the session id as every API
-    key, and the session's folders (reference system §5.6)."""
-    base = session_base_url(ctx)
+    """What every step sees: the gateway's base URL for each provider API (or, via the proxy, the proxy
+    and its CA), the session id as every API key, and the session's folders (reference system §5.6)."""
     sid, lay = ctx.session_id, ctx.layout
+    keys = {"ANTHROPIC_API_KEY": sid, "OPENAI_API_KEY": sid, "GOOGLE_API_KEY": sid, "GEMINI_API_KEY": sid}
     return {
-        "ANTHROPIC_BASE_URL": base, "ANTHROPIC_API_KEY": sid,
-        "OPENAI_BASE_URL": f"{base}/v1", "OPENAI_API_KEY": sid,
-        "GOOGLE_API_URL": base, "GOOGLE_GEMINI_BASE_URL": base, "GOOGLE_API_KEY": sid, "GEMINI_API_KEY": sid,
+        **keys, **_routing_env(ctx),
         "SESSION_ID": sid, "TASK_ID": ctx.task_id, "HOME": lay.home, "SESSION_DIR": lay.root,
         "WORKSPACE": lay.workspace, "ARTIFACTS_DIR": lay.artifacts, "LOGS_DIR": lay.logs,
         "AGENT_LOG_DIR": lay.agent_logs,
     }
+
+
+def _routing_env(ctx: HarnessContext) -> dict[str, str]:
+    if ctx.via_proxy:
+        from tracetap.capture.proxy_client import proxy_env
+
+        return proxy_env(ctx.gateway_url, ctx.session_id)
+    base = session_base_url(ctx)
+    return {"ANTHROPIC_BASE_URL": base, "OPENAI_BASE_URL": f"{base}/v1", "GOOGLE_API_URL": base,
+            "GOOGLE_GEMINI_BASE_URL": base}

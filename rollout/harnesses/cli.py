@@ -33,10 +33,11 @@ class CliHarness(ABC):
     log_file: str         # logs/agent/<log_file>: the CLI's output
     supports: frozenset[str] = frozenset({"extra_flags"})
     default_model: str = DEFAULT_MODEL
+    proxy_model: str | None = None  # the default through the proxy, when the CLI's own catalog must know it
     transcripts: str | None = None  # where the CLI writes its own session files (shell expression)
 
     def model(self, ctx: HarnessContext) -> str:
-        return ctx.model_name or self.default_model
+        return ctx.model_name or (ctx.via_proxy and self.proxy_model) or self.default_model
 
     def settings(self, ctx: HarnessContext) -> CliSettings:
         return self.check_settings(ctx.settings)

@@ -30,11 +30,14 @@ class Codex(CliHarness):
 
     def files(self, ctx: HarnessContext) -> dict[str, str]:
         model = self.model(ctx)
-        config = [f'model = "{model}"', f'review_model = "{model}"', 'model_provider = "tracetap"',
-                  "[model_providers.tracetap]", 'name = "tracetap gateway"',
-                  f'base_url = "{session_base_url(ctx)}/v1"', 'env_key = "OPENAI_API_KEY"',
-                  'wire_api = "responses"', ""]
-        return {f"{self._home(ctx)}/config.toml": "\n".join(config)}
+        config = [f'model = "{model}"', f'review_model = "{model}"']
+        if ctx.via_proxy:  # the built-in provider, at its own host
+            config += ['model_provider = "openai"', 'preferred_auth_method = "apikey"']
+        else:
+            config += ['model_provider = "tracetap"', "[model_providers.tracetap]", 'name = "tracetap gateway"',
+                       f'base_url = "{session_base_url(ctx)}/v1"', 'env_key = "OPENAI_API_KEY"',
+                       'wire_api = "responses"']
+        return {f"{self._home(ctx)}/config.toml": "\n".join([*config, ""])}
 
     def cli_env(self, ctx: HarnessContext) -> dict[str, str]:
         return {"CODEX_HOME": self._home(ctx)}

@@ -29,23 +29,28 @@ class Opencode(CliHarness):
     shell_tool = "bash"
     log_file = "opencode.txt"
     supports = frozenset({"reasoning_effort", "extra_flags"})
+    proxy_model = "openai/gpt-4.1"  # through the proxy: a model of opencode's own catalog, at its own host
     transcripts = "$HOME/.local/share/opencode/log"
 
     def files(self, ctx: HarnessContext) -> dict[str, str]:
-        model = self.model(ctx)
-        provider = {"npm": "@ai-sdk/openai-compatible", "name": "tracetap gateway",
-                    "options": {"baseURL": "{env:OPENAI_BASE_URL}", "apiKey": "{env:OPENAI_API_KEY}"},
-                    "models": {model: {}}}
-        config = {"$schema": "https://opencode.ai/config.json", "provider": {PROVIDER: provider},
-                  "model": f"{PROVIDER}/{model}", "small_model": f"{PROVIDER}/{model}",
-                  "permission": dict.fromkeys(PERMISSIONS, "allow")}
+        config: dict[str, Any] = {"$schema": "https://opencode.ai/config.json", "model": self._qualified(ctx),
+                                  "small_model": self._qualified(ctx),
+                                  "permission": dict.fromkeys(PERMISSIONS, "allow")}
+        if not ctx.via_proxy:
+            config["provider"] = {PROVIDER: {
+                "npm": "@ai-sdk/openai-compatible", "name": "tracetap gateway", "models": {self.model(ctx): {}},
+                "options": {"baseURL": "{env:OPENAI_BASE_URL}", "apiKey": "{env:OPENAI_API_KEY}"}}}
         return {f"{ctx.layout.home}/.config/opencode/opencode.json": json.dumps(config, indent=2)}
+
+    def _qualified(self, ctx: HarnessContext) -> str:
+        """`provider/model`: through the proxy the model names its built-in provider, else ours."""
+        return self.model(ctx) if ctx.via_proxy else f"{PROVIDER}/{self.model(ctx)}"
 
     def cli_env(self, ctx: HarnessContext) -> dict[str, str]:
         return {"OPENCODE_DISABLE_MODELS_FETCH": "1", "OPENCODE_DISABLE_AUTOUPDATE": "1", "OPENCODE_FAKE_VCS": "git"}
 
     def flags(self, ctx: HarnessContext, settings: CliSettings) -> list[str]:
-        flags = ["run", "-m", f"{PROVIDER}/{self.model(ctx)}", "--format=json"]
+        flags = ["run", "-m", self._qualified(ctx), "--format=json"]
         return flags + (["--variant", settings.reasoning_effort] if settings.reasoning_effort else [])
 
     def shell_arguments(self, command: str) -> dict[str, Any]:

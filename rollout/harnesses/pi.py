@@ -27,12 +27,15 @@ class Pi(CliHarness):
     shell_tool = "bash"
     log_file = "pi.txt"
     supports = frozenset({"reasoning_effort", "extra_flags"})
+    proxy_model = "openai/gpt-4.1"
 
     def provider_model(self, ctx: HarnessContext) -> tuple[str, str]:
         provider, _, model = self.model(ctx).rpartition("/")
         return provider or DEFAULT_PROVIDER, model
 
     def files(self, ctx: HarnessContext) -> dict[str, str]:
+        if ctx.via_proxy:
+            return {}  # the built-in provider of `proxy_model`
         provider, model = self.provider_model(ctx)
         entry = {"baseUrl": f"{session_base_url(ctx)}/v1", "api": "openai-completions", "apiKey": ctx.session_id,
                  "compat": COMPAT,

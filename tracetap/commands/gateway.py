@@ -51,6 +51,9 @@ LOCAL = "local"
                    "(built in: api.anthropic.com, api.openai.com, generativelanguage.googleapis.com).")
 @click.option("--pass", "passed", multiple=True, metavar="HOST",
               help="Proxy mode: let this host through untouched and unrecorded (repeatable).")
+@click.option("--proxy-session", default=None, metavar="ID",
+              help="Proxy mode: the session of proxied calls that name none with a proxy credential "
+                   "(default: the usual binding rules; `tracetap run` sets it for the gateway it starts).")
 @click.option("--redact-key", "redact_keys", multiple=True, metavar="NAME",
               help="Another key name whose values are secrets, masked in the store and never sent upstream "
                    "(any spelling: camelCase, snake_case, kebab-case; repeatable).")
@@ -58,7 +61,7 @@ def command(store: Path, listen: tuple[str, int], upstream: str, upstream_kind: 
             script: Path | None, max_model_len: int, timeout: float, max_body: int | None, idle_compact: float,
             replay: Path | None, replay_session: str | None, replay_miss: str, replay_ignore: tuple[str, ...],
             redact_keys: tuple[str, ...], mode: str, provider_hosts: tuple[str, ...],
-            passed: tuple[str, ...]) -> None:
+            passed: tuple[str, ...], proxy_session: str | None) -> None:
     """Run the gateway until Ctrl-C / SIGTERM.
 
     Point a harness at the printed base URLs; every call is recorded in STORE at token level.
@@ -74,7 +77,8 @@ def command(store: Path, listen: tuple[str, int], upstream: str, upstream_kind: 
     if script is not None and upstream != LOCAL:
         raise click.UsageError("--script drives the embedded engine; it cannot be used with --upstream URL")
     replaying = _replay_options(store, replay, replay_session, replay_miss, replay_ignore)
-    proxy = _proxy_policy(mode, provider_hosts, passed)
+    proxy = _proxy_policy(mode, provider_hosts, passed, proxy_session)
+    proxied = {"proxy_session": proxy_session} if proxy_session else {}
     limits: dict[str, Any] = {"max_body": max_body} if max_body else {}
     engine = _start_engine(script, served_model, max_model_len) if upstream == LOCAL else None
     try:
@@ -82,7 +86,7 @@ def command(store: Path, listen: tuple[str, int], upstream: str, upstream_kind: 
         run_gateway(store, listen[0], listen[1], url, upstream_kind, served_model, confdir=ca_dir(), proxy=proxy,
                     on_ready=lambda host, port: _announce(host, port, store, url, upstream_kind, replay, proxy),
                     timeout=timeout, idle_seconds=idle_compact, compact_every=_compact_every(idle_compact),
-                    redact_keys=list(redact_keys), **limits, **replaying)
+                    redact_keys=list(redact_keys), **limits, **replaying, **proxied)
     finally:
         if engine:
             engine.stop()
@@ -113,15 +117,18 @@ def _replay_options(store: Path, replay: Path | None, session: str | None, miss:
             "replay_ignore": list(ignore)}
 
 
-def _proxy_policy(mode: str, provider_hosts: tuple[str, ...], passed: tuple[str, ...]):
-    """Proxy mode's HostPolicy (None in reverse mode), its host lists checked before anything starts."""
+def _proxy_policy(mode: str, provider_hosts: tuple[str, ...], passed: tuple[str, ...], session: str | None):
+    """Proxy mode's HostPolicy (None in reverse mode), its options checked before anything starts."""
     from tracetap.capture.proxy_mode import host_policy
+    from tracetap.store import validate_session_id
 
     if mode == "reverse":
-        if provider_hosts or passed:
-            raise click.UsageError("--provider-host and --pass need --mode proxy")
+        if provider_hosts or passed or session:
+            raise click.UsageError("--provider-host, --pass and --proxy-session need --mode proxy")
         return None
     try:
+        if session:
+            validate_session_id(session)
         return host_policy(provider_hosts, passed)
     except ValueError as exc:
         raise click.BadParameter(str(exc)) from None

@@ -40,16 +40,19 @@ def command(session_id: str | None, gateway_url: str | None, store: Path, upstre
 
     Example: tracetap run --store runs/store -- claude -p "fix the tests"
     """
-    from tracetap.launch import proxy_env
+    from tracetap.capture.proxy_client import proxy_env
+    from tracetap.launch import register_session
     from tracetap.store import InvalidSessionId, validate_session_id
 
     try:
         session_id = validate_session_id(session_id or _new_session())
     except InvalidSessionId as exc:
         raise click.BadParameter(str(exc), param_hint="--session") from None
-    gateway_args = _gateway_args(upstream, script, max_model_len, passed, provider_hosts)
+    gateway_args = _gateway_args(upstream, script, max_model_len, passed, provider_hosts) + [
+        "--proxy-session", session_id]  # its only client: calls with no proxy credential are this command's too
     with _gateway(gateway_url, store, gateway_args) as url:
-        code = _run(cmd, proxy_env(url, session_id))
+        register_session(url, session_id, {"program": Path(cmd[0]).name})  # never its arguments: they may hold keys
+        code = _run(cmd, {**proxy_env(url, session_id), "TRACETAP_SESSION": session_id})
         summary = _close(url, session_id)
     _report(session_id, url, store if gateway_url is None else None, summary)
     raise SystemExit(code)
