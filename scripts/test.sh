@@ -9,10 +9,13 @@ if [ ! -x /usr/bin/chromium ] && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/
     export DEBIAN_FRONTEND=noninteractive
     apt-get install -y -q chromium >/dev/null 2>&1 || { apt-get update -q >/dev/null && apt-get install -y -q chromium >/dev/null; }
 fi
-# The docker tier builds its images from a debootstrap rootfs.
-if ! command -v debootstrap >/dev/null && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
-    apt-get install -y -q debootstrap >/dev/null 2>&1 || { apt-get update -q >/dev/null && apt-get install -y -q debootstrap >/dev/null; }
-fi
+# The docker tier builds its images from a debootstrap rootfs; the harness tier's proxy runs log connect()
+# calls with strace to report what bypassed the proxy.
+for tool in debootstrap strace; do
+    if ! command -v "$tool" >/dev/null && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+        apt-get install -y -q "$tool" >/dev/null 2>&1 || { apt-get update -q >/dev/null && apt-get install -y -q "$tool" >/dev/null; }
+    fi
+done
 "$VENV/bin/ruff" check .
 "$VENV/bin/python" scripts/typecheck.py  # mypy over the tracetap package (pyproject [tool.mypy])
 "$VENV/bin/python" -m pytest -q "$@"
@@ -27,7 +30,7 @@ TRACETAP_TEST_STORE_FORM=v1 "$VENV/bin/python" -m pytest -q $READ_SIDE \
     --deselect tests/builders/test_runner.py::test_compacted_and_loose_files_read_alike
 TRACETAP_TEST_STORE_FORM=v1-migrated "$VENV/bin/python" -m pytest -q $READ_SIDE
 "$VENV/bin/python" -m pytest -q -m soak tests/capture/test_gateway_soak.py tests/capture/test_group_commit_crash.py
-"$VENV/bin/python" -m pytest -q -m harness tests/harness
+"$VENV/bin/python" -m pytest -q -rP -m harness tests/harness  # -rP shows the proxy runs' reports
 "$VENV/bin/python" -m pytest -q -m docker tests/images tests/rollout/test_docker_runtime.py tests/rollout/test_docker_rollout.py \
     tests/rollout/test_docker_evaluators.py tests/tracetap/test_demo.py
 "$VENV/bin/python" -m pytest -q -m podman tests/rollout/test_podman_runtime.py

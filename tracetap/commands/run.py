@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import secrets
+import signal
 import subprocess
 import time
 from contextlib import contextmanager
@@ -96,10 +97,15 @@ def _run(cmd: tuple[str, ...], env: dict[str, str]) -> int:
     except OSError as exc:
         click.echo(f"tracetap run: cannot start {cmd[0]}: {exc.strerror}", err=True)
         return 127
+    previous = signal.signal(signal.SIGTERM, lambda *_: child.terminate())  # then close and stop as usual
     try:
-        return child.wait()
-    except KeyboardInterrupt:
-        return child.wait()  # the child got the same Ctrl-C; its session is still closed
+        while True:
+            try:
+                return child.wait()
+            except KeyboardInterrupt:
+                continue  # the child got the same Ctrl-C: wait for it, then close its session
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def _close(url: str, session_id: str) -> dict[str, Any] | None:
