@@ -98,12 +98,15 @@ class RuntimeSpec(_Strict):
 
 
 class AgentSpec(_Strict):
-    """The harness to run (a preset name), the model it must use everywhere, and its knobs."""
+    """The harness to run (a preset name), the model it must use everywhere, and its knobs. `capture`:
+    `base_url` points the harness at the gateway; `proxy` leaves its base URLs alone and makes the gateway
+    its HTTPS proxy (the node's gateway must run in proxy mode; local runtime only)."""
 
     harness: str
     model_name: str | None = None
     settings: dict[str, Any] = Field(default_factory=dict)
     env: dict[str, str] = Field(default_factory=dict)
+    capture: Literal["base_url", "proxy"] = "base_url"
 
     @field_validator("harness")
     @classmethod
@@ -157,6 +160,13 @@ class TaskRequest(_Strict):
         from tracetap.builders.runner import BUILDERS
 
         return _known(name, BUILDERS, "builder")
+
+    @model_validator(mode="after")
+    def _proxy_capture_is_local(self) -> TaskRequest:
+        """The proxy's CA and address are the node's own: a container sees neither."""
+        if self.agent.capture == "proxy" and self.runtime.backend != "local":
+            raise ValueError("agent.capture 'proxy' needs runtime.backend 'local'")
+        return self
 
 
 class SessionContext(_Strict):

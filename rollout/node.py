@@ -29,7 +29,14 @@ from tracetap.rollout import eval_runtime, postrun
 from tracetap.rollout.gateway_host import GatewayError, GatewayHost
 from tracetap.rollout.harnesses import HARNESSES
 from tracetap.rollout.harnesses.base import HarnessContext, Step, gateway_env
-from tracetap.rollout.models import EvaluatorSpec, PrepareAction, SessionContext, SessionResult, SessionStatus
+from tracetap.rollout.models import (
+    EvaluatorSpec,
+    PrepareAction,
+    SessionContext,
+    SessionResult,
+    SessionStatus,
+    TaskRequest,
+)
 from tracetap.rollout.node_api import NodeStats
 from tracetap.rollout.runtimes import NodeRuntimes, RuntimeUnavailable
 from tracetap.rollout.runtimes.base import ExecResult, Runtime
@@ -57,6 +64,7 @@ class NodeConfig:
     gateway_url: str | None = None
     gateway_args: tuple[str, ...] = ()
     postrun_grace: float = POSTRUN_GRACE_SECONDS
+    gateway_proxies: bool = False  # the gateway runs in proxy mode: tasks may use agent.capture 'proxy'
 
     def __post_init__(self) -> None:
         for name in ("init_workers", "run_workers", "postrun_workers"):
@@ -76,7 +84,8 @@ class GatewayNode:
         self.id = config.node_id or f"node-{uuid.uuid4().hex[:8]}"
         self.store = Path(config.store)
         self.sessions_root = Path(config.sessions_root or self.store.parent / "sessions")
-        self.gateway = GatewayHost(self.store, config.gateway_url, config.gateway_args)
+        proxying = ("--mode", "proxy") if config.gateway_proxies and config.gateway_url is None else ()
+        self.gateway = GatewayHost(self.store, config.gateway_url, (*config.gateway_args, *proxying))
         self.runtimes = NodeRuntimes(self.id, self.sessions_root)
         self._live: dict[str, SessionRun] = {}
         self._seen: set[str] = set()  # session ids are single-use
@@ -220,11 +229,20 @@ class GatewayNode:
         run.harness_ctx = HarnessContext(
             session_id=run.session_id, task_id=task.task_id, instruction=task.instruction,
             gateway_url=gateway_url, layout=run.runtime.layout, model_name=task.agent.model_name,
-            settings=task.agent.settings, contained=task.runtime.backend != "local")
+            settings=task.agent.settings, contained=task.runtime.backend != "local",
+            via_proxy=self._via_proxy(task))
         await self.gateway.register(run.session_id, task.task_id, task.agent.harness,
                                     self._metadata(run, run.runtime))
         run.registered = True
         await self._prepare_runtime(run, run.runtime)
+
+    def _via_proxy(self, task: TaskRequest) -> bool:
+        if task.agent.capture != "proxy":
+            return False
+        if not self.config.gateway_proxies:
+            raise StageFailure(SessionStatus.ERROR, "agent.capture 'proxy' needs a gateway in proxy mode "
+                                                    "(tracetap rollout serve --gateway-mode proxy)")
+        return True
 
     def _metadata(self, run: SessionRun, runtime: Runtime) -> dict:
         """What the sessions row carries: the host workspace (the evaluator runs there) and provenance."""

@@ -33,17 +33,20 @@ class ServeConfig:
     postrun_workers: int = 1
     gateway_args: tuple[str, ...] = ()  # more `tracetap gateway` flags (e.g. --max-model-len)
     ray: str | None = None  # a Ray address (or `local`): each node a Ray actor
+    gateway_mode: str = "reverse"  # `proxy`: tasks may also use agent.capture 'proxy'
 
     def gateway_flags(self) -> list[str]:
         flags = [] if self.upstream == LOCAL else ["--upstream", self.upstream]
         flags += ["--script", str(self.script)] if self.script else []
+        flags += ["--mode", "proxy"] if self.gateway_mode == "proxy" else []
         return [*flags, *self.gateway_args]
 
 
 def node_configs(config: ServeConfig, gateway_url: str) -> list[NodeConfig]:
     return [NodeConfig(store=config.store, gateway_url=gateway_url, node_id=f"node-{n}",
                        init_workers=config.init_workers, run_workers=config.run_workers,
-                       postrun_workers=config.postrun_workers) for n in range(config.nodes)]
+                       postrun_workers=config.postrun_workers, gateway_proxies=config.gateway_mode == "proxy")
+            for n in range(config.nodes)]
 
 
 def node_factory(config: ServeConfig, gateway_url: str):

@@ -3,7 +3,8 @@
 It is the demo's stand-in for a real harness: it talks Chat Completions to whatever base URL it is
 given (the gateway), and executes the tools the model asks for inside one workspace directory.
 `python -m tracetap.agent INSTRUCTION` runs it as a harness CLI would (the rollout `builtin` preset):
-base URL, session id and task id default to `$OPENAI_BASE_URL`, `$OPENAI_API_KEY` and `$TASK_ID`.
+base URL, session id and task id default to `$OPENAI_BASE_URL`, `$OPENAI_API_KEY` and `$TASK_ID`; with no
+base URL it calls the SDK's default host, which a proxy-mode gateway answers (`HTTPS_PROXY`).
 """
 
 from __future__ import annotations
@@ -88,7 +89,7 @@ def execute_tool(workspace: Path, name: str, arguments: str) -> str:
     return f"unknown tool {name}"
 
 
-def run_agent(base_url: str, session_id: str, task: str, workspace: Path, model: str = "demo-model",
+def run_agent(base_url: str | None, session_id: str, task: str, workspace: Path, model: str = "demo-model",
               max_turns: int = 12, task_id: str | None = None) -> AgentRun:
     """Loop until the model answers without tool calls (or max_turns). The API key is the session id;
     `task_id` labels every call (header `x-tracetap-task`)."""
@@ -120,15 +121,16 @@ def _arguments(argv: list[str] | None) -> argparse.Namespace:
     env = os.environ
     parser = argparse.ArgumentParser(prog="python -m tracetap.agent", description="Run the demo agent once.")
     parser.add_argument("instruction")
-    parser.add_argument("--base-url", default=env.get("OPENAI_BASE_URL"), help="default: $OPENAI_BASE_URL")
+    parser.add_argument("--base-url", default=env.get("OPENAI_BASE_URL"),
+                        help="default: $OPENAI_BASE_URL, else the SDK's own (through a proxy-mode gateway)")
     parser.add_argument("--session-id", default=env.get("OPENAI_API_KEY"), help="default: $OPENAI_API_KEY")
     parser.add_argument("--task-id", default=env.get("TASK_ID"), help="default: $TASK_ID")
     parser.add_argument("--workspace", type=Path, default=Path.cwd(), help="default: the current directory")
     parser.add_argument("--model", default="demo-model")
     parser.add_argument("--max-turns", type=int, default=12)
     args = parser.parse_args(argv)
-    if not args.base_url or not args.session_id:
-        parser.error("a base URL and a session id are needed (flags or $OPENAI_BASE_URL / $OPENAI_API_KEY)")
+    if not args.session_id:
+        parser.error("a session id is needed (--session-id or $OPENAI_API_KEY)")
     if args.max_turns < 1:
         parser.error("--max-turns must be at least 1")
     return args

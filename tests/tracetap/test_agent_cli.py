@@ -13,9 +13,9 @@ def run_agent_cli(*args: str, **env: str) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, timeout=60)
 
 
-def test_without_a_base_url_it_says_what_is_missing():
-    done = run_agent_cli("fix it", OPENAI_API_KEY="sk-tap-x")
-    assert done.returncode == 2 and "a base URL and a session id are needed" in done.stderr
+def test_without_a_session_id_it_says_what_is_missing():
+    done = run_agent_cli("fix it", OPENAI_BASE_URL="http://127.0.0.1:9/v1")
+    assert done.returncode == 2 and "a session id is needed" in done.stderr
 
 
 def test_max_turns_must_be_positive():

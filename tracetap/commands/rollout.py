@@ -42,8 +42,11 @@ def command() -> None:
 @click.option("--postrun-workers", type=click.IntRange(min=1), default=1, show_default=True)
 @click.option("--listen", default="127.0.0.1:8790", show_default=True, callback=listen_address,
               help="HOST:PORT to serve on.")
+@click.option("--gateway-mode", type=click.Choice(["reverse", "proxy"]), default="reverse", show_default=True,
+              help="proxy: the gateway is also an HTTPS proxy, so tasks may set agent.capture: proxy.")
 def serve(store: Path, upstream: str, script: Path | None, nodes: int, ray_address: str | None,
-          init_workers: int, run_workers: int, postrun_workers: int, listen: tuple[str, int]) -> None:
+          init_workers: int, run_workers: int, postrun_workers: int, listen: tuple[str, int],
+          gateway_mode: str) -> None:
     """Serve the rollout API until Ctrl-C (running tasks are cancelled on exit)."""
     from tracetap.rollout.serve import LOCAL, ServeConfig
 
@@ -57,7 +60,7 @@ def serve(store: Path, upstream: str, script: Path | None, nodes: int, ray_addre
 
         unreachable = (RayUnavailable,)
     config = ServeConfig(store, upstream, script, nodes, init_workers, run_workers, postrun_workers,
-                         ray=ray_address)
+                         ray=ray_address, gateway_mode=gateway_mode)
     try:
         _serve(config, listen)
     except unreachable as exc:
