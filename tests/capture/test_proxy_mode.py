@@ -123,12 +123,15 @@ def test_sdks_with_default_base_urls_are_recorded_under_the_proxy_credential(pro
         assert json.loads(row["metadata_json"])["session_source"] == "header"  # the credential, passed on
 
 
-def test_a_proxied_api_key_never_reaches_the_store(proxy):
+def test_neither_a_proxied_api_key_nor_the_ca_key_reaches_the_store(proxy):
     run_client(OPENAI, proxy, "proxied-key-check")
+    proxy.close_session("proxied-key-check")
+    key_lines = [line.encode() for line in ca_key().read_text().splitlines() if not line.startswith("-----")]
     for path in proxy.store.rglob("*"):
         if path.is_file():
             data = path.read_bytes()
-            assert b"sk-real-looking-key" not in data and b"BEGIN RSA PRIVATE KEY" not in data, path
+            assert b"sk-real-looking-key" not in data and b"PRIVATE KEY" not in data, path
+            assert not any(line in data for line in key_lines[:3]), path
 
 
 def test_a_host_that_is_no_model_api_is_refused_and_counted(proxy):
