@@ -22,13 +22,14 @@ MODELS = "models"
 PROBE = "probe"
 SESSION_CLOSE = "session_close"
 SESSION_REGISTER = "session_register"
+SESSION_COMPLETE = "session_complete"
 NOT_FOUND = "not_found"
 
 GEMINI_VERSIONS = ("v1beta", "v1", "v1alpha")
 _GEMINI_CALL = re.compile(r"^/(v1beta|v1|v1alpha)/models/([^:]+):([A-Za-z]+)$")
 _GEMINI_MODELS = re.compile(r"^/(v1beta|v1|v1alpha)/models(?:/([^:]+))?$")
 _OPENAI_MODELS = re.compile(r"^/v1/models(?:/(.+))?$")
-_SESSION_CLOSE = re.compile(r"^/sessions/([^/]+)/close$")
+_SESSION_ACTION = re.compile(r"^/sessions/([^/]+)/(close|complete)$")
 _GEMINI_VERBS = {"generateContent": GENERATE, "streamGenerateContent": GENERATE, "countTokens": COUNT_TOKENS}
 
 # POST paths with a fixed meaning: path -> (api, endpoint)
@@ -88,8 +89,9 @@ def _post(path: str, headers: Mapping[str, str], body: object) -> Route | None:
         return Route(GEMINI, verb, _gemini_model(match.group(2)), stream)
     if path == "/sessions":
         return Route(plausible_api(path, headers, body), SESSION_REGISTER)
-    if match := _SESSION_CLOSE.match(path):
-        return Route(plausible_api(path, headers, body), SESSION_CLOSE, target=unquote(match.group(1)))
+    if match := _SESSION_ACTION.match(path):
+        endpoint = SESSION_CLOSE if match.group(2) == "close" else SESSION_COMPLETE
+        return Route(plausible_api(path, headers, body), endpoint, target=unquote(match.group(1)))
     return None
 
 

@@ -16,8 +16,9 @@ FIELDS = ("session_id", "task_id", "harness", "metadata")
 MAX_LABEL = 256
 
 
-class RegistrationError(ValueError):
-    """A registration body the gateway refuses; `status` is 400 (not a JSON object) or 422 (a bad field)."""
+class FieldError(ValueError):
+    """A body of a session endpoint the gateway refuses; `status` is 400 (not a JSON object) or 422 (a bad
+    field, named first in the message)."""
 
     def __init__(self, status: int, message: str):
         super().__init__(message)
@@ -33,35 +34,35 @@ class Registration:
 
 
 def parse_registration(body: bytes) -> Registration:
-    """The checked registration, or RegistrationError naming the field at fault."""
-    data = _json_object(body)
+    """The checked registration, or FieldError naming the field at fault."""
+    data = json_object(body)
     unknown = sorted(set(data) - set(FIELDS))
     if unknown:
-        raise RegistrationError(422, f"unknown field(s): {', '.join(unknown)}; known: {', '.join(FIELDS)}")
+        raise FieldError(422, f"unknown field(s): {', '.join(unknown)}; known: {', '.join(FIELDS)}")
     metadata = data.get("metadata") or {}
     if not isinstance(metadata, dict):
-        raise RegistrationError(422, "metadata must be a JSON object")
+        raise FieldError(422, "metadata must be a JSON object")
     return Registration(_session_id(data.get("session_id")), _label(data, "task_id"), _label(data, "harness"),
                         metadata)
 
 
-def _json_object(body: bytes) -> dict:
+def json_object(body: bytes) -> dict:
     try:
         data = json.loads(body)
     except (ValueError, UnicodeDecodeError) as exc:
-        raise RegistrationError(400, f"request body is not valid JSON: {exc}") from None
+        raise FieldError(400, f"request body is not valid JSON: {exc}") from None
     if not isinstance(data, dict):
-        raise RegistrationError(400, "request body must be a JSON object")
+        raise FieldError(400, "request body must be a JSON object")
     return data
 
 
 def _session_id(value: object) -> str:
     if not isinstance(value, str):
-        raise RegistrationError(422, "session_id is required and must be a string")
+        raise FieldError(422, "session_id is required and must be a string")
     try:
         return validate_session_id(value)
     except InvalidSessionId as exc:
-        raise RegistrationError(422, f"session_id: {exc}") from None
+        raise FieldError(422, f"session_id: {exc}") from None
 
 
 def _label(data: dict, name: str) -> str | None:
@@ -69,5 +70,5 @@ def _label(data: dict, name: str) -> str | None:
     if value is None:
         return None
     if not isinstance(value, str) or not value.strip() or len(value) > MAX_LABEL:
-        raise RegistrationError(422, f"{name} must be a non-empty string of at most {MAX_LABEL} characters")
+        raise FieldError(422, f"{name} must be a non-empty string of at most {MAX_LABEL} characters")
     return value.strip()

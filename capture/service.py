@@ -21,7 +21,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 
-from tracetap.capture import content_coding
+from tracetap.capture import content_coding, outcome
 from tracetap.capture import detect as routes
 from tracetap.capture.adapters import ADAPTERS, MODEL_LISTERS, TOKEN_COUNTERS
 from tracetap.capture.adapters.base import Adapter, AdapterError, RequestContext
@@ -30,10 +30,10 @@ from tracetap.capture.json_body import BodyError, parse_body
 from tracetap.capture.jsontext import dump_bytes
 from tracetap.capture.record import Call, build_row, display_path
 from tracetap.capture.redact import DEFAULT, Redactor
-from tracetap.capture.registration import RegistrationError, parse_registration
+from tracetap.capture.registration import FieldError, parse_registration
 from tracetap.capture.sessions import SessionError, bind, harness_ids, labels, split_prefix
 from tracetap.capture.upstream import NO_CHOICES, Upstream, UpstreamError, UpstreamResult
-from tracetap.store import InvalidSessionId, StoreWriter, validate_session_id
+from tracetap.store import InvalidSessionId, StoreReader, StoreWriter, validate_session_id, write_session_table
 
 logger = logging.getLogger("tracetap.gateway")
 
@@ -95,6 +95,7 @@ class GatewayService:
         self.max_body = max_body
         self.redactor = redactor
         self.registered: RecentSet[str] = RecentSet(MAX_REGISTERED)
+        self._posting = asyncio.Lock()  # posted outcomes: one read-compare-write at a time
 
     async def handle(self, method: str, path: str, headers: Mapping[str, str], query: Mapping[str, str],
                      body: bytes) -> Reply:
@@ -145,6 +146,7 @@ class GatewayService:
         return {routes.GENERATE: self._generate, routes.COUNT_TOKENS: self._count_tokens,
                 routes.MODELS: self._models, routes.PROBE: self._probe,
                 routes.SESSION_CLOSE: self._close, routes.SESSION_REGISTER: self._register,
+                routes.SESSION_COMPLETE: self._complete,
                 routes.NOT_FOUND: self._not_found}
 
     def _body(self, request: Request, route: routes.Route) -> dict | None:
@@ -257,23 +259,47 @@ class GatewayService:
         return Reply(200, body)
 
     async def _close(self, request: Request, route: routes.Route, binding, data: None) -> Reply:
-        try:
-            sid = validate_session_id(route.target)
-        except InvalidSessionId as exc:
-            raise Reject(400, str(exc)) from None
-        if not self.writer.has_session(sid):
-            raise Reject(404, f"no session {sid!r} in this store", "not_found")
+        sid = self._known_session(route.target)
         row = await asyncio.to_thread(self.writer.close_session, sid)
         self.registered.discard(sid)
         refused = json.loads(row["refused_hosts_json"] or "{}")
         return Reply(200, dump_bytes({"session_id": sid, "status": "closed", "calls": row["completions"],
                                       "refused_hosts": refused}))
 
+    async def _complete(self, request: Request, route: routes.Route, binding, data: None) -> Reply:
+        """An outcome the agent posts: a `posted` reward row, then the session closed; a repeat is a no-op."""
+        sid = self._known_session(route.target)
+        try:
+            row = outcome.reward_row(outcome.parse_outcome(request.body), self.redactor)
+        except FieldError as exc:
+            raise Reject(exc.status, str(exc)) from None
+        async with self._posting:  # two posts of one session: the second sees the first
+            stored = await asyncio.to_thread(StoreReader(self.writer.root).rewards, outcome.EVALUATOR, [sid])
+            if stored and not outcome.same_outcome(stored[0], row):
+                raise Reject(409, f"session {sid!r} already has a posted outcome (reward {stored[0]['reward']})",
+                             "conflict")
+            if not stored:
+                await asyncio.to_thread(write_session_table, self.writer.root, "rewards", sid, [row],
+                                        f"{outcome.EVALUATOR}.parquet")
+        await asyncio.to_thread(self.writer.close_session, sid)
+        return Reply(200, dump_bytes({"session_id": sid, "status": "closed", "evaluator": outcome.EVALUATOR,
+                                      "reward": row["reward"], "duplicate": bool(stored)}))
+
+    def _known_session(self, target: str | None) -> str:
+        """The session an endpoint names: a 400 when it is no session id, a 404 when the store lacks it."""
+        try:
+            sid = validate_session_id(target)
+        except InvalidSessionId as exc:
+            raise Reject(400, str(exc)) from None
+        if not self.writer.has_session(sid):
+            raise Reject(404, f"no session {sid!r} in this store", "not_found")
+        return sid
+
     async def _register(self, request: Request, route: routes.Route, binding, data: None) -> Reply:
         """Name a session's task and harness before its harness runs; its id then binds as an API key."""
         try:
             given = parse_registration(request.body)
-        except RegistrationError as exc:
+        except FieldError as exc:
             raise Reject(exc.status, str(exc)) from None
         row = await asyncio.to_thread(self.writer.register_session, given.session_id, given.task_id,
                                       given.harness, given.metadata)
@@ -297,11 +323,13 @@ class GatewayService:
 
 def _unrecorded_kind(request: Request, status: int) -> str | None:
     """Which of UNRECORDED_KINDS (store/schema.py) this call counts as; None when it is recorded."""
-    if request.recorded or request.endpoint == routes.SESSION_CLOSE:
+    if request.recorded or request.endpoint in (routes.SESSION_CLOSE, routes.SESSION_COMPLETE):
         return None
     if status >= 400:
         return "server_error" if status >= 500 else "client_error"
     return _UNRECORDED.get(request.endpoint)
+
+
 def caller_api(path: str, headers: Mapping[str, str]) -> str:
     """The API whose error shape the caller parses, from its path (session prefix included) and
     lower-cased headers alone."""

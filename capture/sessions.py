@@ -1,7 +1,8 @@
 """Bind every request to one session (DESIGN §4); first match wins.
 
 Ids tracetap assigned come before the ids a harness makes up for itself:
-1. path prefix `/s/{sid}/...` (the rest of the path is the provider path);
+1. path prefix `/s/{sid}/...` or `/sessions/{sid}/...` (the rest of the path is the provider path; the
+   gateway's own `/sessions/{sid}/close` and `/complete` are endpoints, not prefixes);
 2. header `x-tracetap-session`;
 3. query parameter `session_id`;
 4. an API key (`Authorization: Bearer`, `x-api-key`, `x-goog-api-key`, `?key=`) that is a registered
@@ -33,7 +34,8 @@ SESSION_HEADER = "x-tracetap-session"
 HARNESS_SESSION_HEADER = "x-session-id"
 KEY_HEADERS = ("x-api-key", "x-goog-api-key")
 SESSION_KEY_PREFIX = "sk-tap-"
-PATH_PREFIX = "/s/"
+PATH_PREFIXES = ("/s/", "/sessions/")
+SESSION_ACTIONS = ("close", "complete")  # /sessions/{sid}/<action> is an endpoint of the gateway's own
 
 
 class SessionError(ValueError):
@@ -52,10 +54,13 @@ class Binding:
 
 
 def split_prefix(path: str) -> tuple[str | None, str]:
-    """`/s/{sid}/rest` -> (sid, `/rest`); any other path -> (None, path)."""
-    if not path.startswith(PATH_PREFIX):
+    """`/s/{sid}/rest` or `/sessions/{sid}/rest` -> (sid, `/rest`); any other path -> (None, path)."""
+    prefix = next((p for p in PATH_PREFIXES if path.startswith(p)), None)
+    if prefix is None:
         return None, path
-    sid, _, rest = path[len(PATH_PREFIX):].partition("/")
+    sid, slash, rest = path[len(prefix):].partition("/")
+    if prefix == "/sessions/" and (not slash or rest in SESSION_ACTIONS):
+        return None, path
     return unquote(sid), "/" + rest
 
 

@@ -41,6 +41,7 @@ ERROR_KINDS = (
     "timeout",               # 504
     "upstream_unreachable",  # 502
     "upstream_error",        # any upstream HTTP error status
+    "conflict",              # 409
     "internal",              # 500
 )
 
