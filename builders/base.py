@@ -147,6 +147,7 @@ def base_stats(builder: str, data: SessionInput) -> dict:
         "completions_ok": len(data.calls) + len(data.unusable),
         "completions_without_ids": len(data.unusable),
         "completions_degraded": sum(row.get("status") == "degraded" for row in data.rows),
+        "completions_aborted": sum(row.get("status") == "aborted" for row in data.rows),  # by a pause: left out
         "trainable": not data.reasons,
         "not_trainable_reasons": data.reasons,
     }

@@ -14,7 +14,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from mitmproxy import ctx, http
+from tracetap.capture.admin import control_for
 from tracetap.capture.content_coding import too_large
+from tracetap.capture.fence import Fence
 from tracetap.capture.redact import Redactor
 from tracetap.capture.replay import RecordedStore, ReplayUpstream
 from tracetap.capture.service import FALLBACK_API, MAX_BODY, GatewayService, Reply, caller_api, error_reply
@@ -41,6 +43,10 @@ class Settings:
     replay_miss: str = "error"
     replay_ignore: tuple[str, ...] = ()
     redact_keys: tuple[str, ...] = ()  # more key names whose values are secrets (capture/redact.py)
+    policy_version: str | None = None  # stamped on calls until a resume names another (capture/fence.py)
+    control_token: str | None = None  # guards /admin/* (capture/admin.py)
+    pause_wait: float = 60.0  # seconds a new call waits out a pause before its 503
+    on_pause: str = "finish"  # calls in flight when a pause comes: finish | abort
 
 
 class Gateway:
@@ -63,6 +69,10 @@ class Gateway:
         loader.add_option("tracetap_replay_miss", str, "error", "Replay misses: error | forward.")
         loader.add_option("tracetap_replay_ignore", Sequence[str], [], "Request paths replay matching ignores.")
         loader.add_option("tracetap_redact_keys", Sequence[str], [], "More key names whose values are masked.")
+        loader.add_option("tracetap_policy_version", str, "", "Policy version stamped on calls until a resume.")
+        loader.add_option("tracetap_control_token", str, "", "Token the /admin endpoints require.")
+        loader.add_option("tracetap_pause_wait", float, 60.0, "Seconds a new call waits out a pause.")
+        loader.add_option("tracetap_on_pause", str, "finish", "Calls in flight at a pause: finish | abort.")
 
     def configure(self, updated: set[str]) -> None:
         if not any(name.startswith("tracetap_") for name in updated) or not ctx.options.tracetap_store:
@@ -77,6 +87,8 @@ class Gateway:
             replay=Path(o.tracetap_replay) if o.tracetap_replay else None,
             replay_session=o.tracetap_replay_session or None, replay_miss=o.tracetap_replay_miss,
             replay_ignore=tuple(o.tracetap_replay_ignore), redact_keys=tuple(o.tracetap_redact_keys),
+            policy_version=o.tracetap_policy_version or None, control_token=o.tracetap_control_token or None,
+            pause_wait=o.tracetap_pause_wait, on_pause=o.tracetap_on_pause,
         )
 
     async def running(self) -> None:
@@ -88,7 +100,9 @@ class Gateway:
         if s.replay is not None:
             upstream = ReplayUpstream(RecordedStore(s.replay), client, s.replay_miss, s.replay_session,
                                       s.replay_ignore)
-        self.service = GatewayService(StoreWriter(s.store), upstream, s.max_body, Redactor(s.redact_keys))
+        self.service = GatewayService(StoreWriter(s.store), upstream, s.max_body, Redactor(s.redact_keys),
+                                      Fence(s.policy_version, s.pause_wait),
+                                      control_for(ctx.options.listen_host, s.control_token), s.on_pause)
         await upstream.discover()
         compaction = self.service.compact_idle_forever(s.compact_every, s.idle_seconds)
         self._compaction = asyncio.create_task(compaction)

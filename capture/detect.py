@@ -23,6 +23,7 @@ PROBE = "probe"
 SESSION_CLOSE = "session_close"
 SESSION_REGISTER = "session_register"
 SESSION_COMPLETE = "session_complete"
+ADMIN = "admin"  # /admin/pause, /admin/resume (POST), /admin/status (GET): target names the action
 NOT_FOUND = "not_found"
 
 GEMINI_VERSIONS = ("v1beta", "v1", "v1alpha")
@@ -41,6 +42,7 @@ _FIXED_POSTS = {
     "/v1/responses/input_tokens": (OPENAI_RESPONSES, COUNT_TOKENS),
 }
 _PROBE_PATHS = ("/", "/api/hello", "/health")
+_ADMIN_ACTIONS = {"POST": ("/admin/pause", "/admin/resume"), "GET": ("/admin/status",)}
 
 
 @dataclass(frozen=True)
@@ -51,7 +53,7 @@ class Route:
     endpoint: str
     model: str | None = None
     stream: bool = False
-    target: str | None = None  # session id of /sessions/{id}/close, model id of GET models/{id}
+    target: str | None = None  # session id of /sessions/{id}/close, model id of GET models/{id}, admin action
 
 
 def detect(method: str, path: str, headers: Mapping[str, str], body: object = None) -> Route:
@@ -70,6 +72,8 @@ def _clean(path: str) -> str:
 def _by_path(method: str, path: str, headers: Mapping[str, str], body: object) -> Route | None:
     if method in ("GET", "HEAD") and path in _PROBE_PATHS:
         return Route(plausible_api(path, headers, body), PROBE)
+    if path in _ADMIN_ACTIONS.get(method, ()):
+        return Route(plausible_api(path, headers, body), ADMIN, target=path.rpartition("/")[2])
     if method == "POST":
         return _post(path, headers, body)
     if method == "GET":

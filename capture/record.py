@@ -59,7 +59,8 @@ class Call:
     error: str | None = None
     upstream_body: object = None  # a failed call's upstream answer: its JSON value, or its text
     upstream_ms: float | None = None
-    labels: dict = field(default_factory=dict)  # task_id / policy_version named by the caller
+    labels: dict = field(default_factory=dict)  # task_id / policy_version (the caller's, else the gateway's)
+    finish_reason: str | None = None  # set when the gateway ended the call itself (`abort`)
     harness_ids: dict = field(default_factory=dict)  # the harness's own session / sub-agent ids
     metadata: dict = field(default_factory=dict)  # from the upstream (a replay's capture_mode and source)
     created_at: datetime = field(default_factory=lambda: datetime.now(UTC))
@@ -79,6 +80,8 @@ def build_row(call: Call, capture_mode: str = "live", redactor: Redactor = DEFAU
     capture = call.capture if call.status in ANSWERED else None
     if capture is not None:
         row.update(_token_columns(capture))
+    if call.finish_reason is not None:
+        row["finish_reason"] = call.finish_reason
     bodies = {"request_json": call.request_body,
               "chat_response_json": capture.body if capture is not None else call.upstream_body,
               "response_json": call.response_body, "metadata_json": _metadata(call, capture_mode)}

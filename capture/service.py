@@ -21,11 +21,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 
-from tracetap.capture import content_coding, outcome
+from tracetap.capture import admin, content_coding, outcome
 from tracetap.capture import detect as routes
 from tracetap.capture.adapters import ADAPTERS, MODEL_LISTERS, TOKEN_COUNTERS
 from tracetap.capture.adapters.base import Adapter, AdapterError, RequestContext
 from tracetap.capture.bounded import RecentSet
+from tracetap.capture.fence import RETRY_AFTER, Aborted, Fence, Paused
 from tracetap.capture.json_body import BodyError, parse_body
 from tracetap.capture.jsontext import dump_bytes
 from tracetap.capture.record import Call, build_row, display_path
@@ -53,11 +54,13 @@ _UNRECORDED: dict[str | None, str] = {routes.PROBE: "probe", routes.MODELS: "mod
 class Reject(Exception):
     """A call the gateway refuses: answered with `status` in the caller's API shape, never recorded."""
 
-    def __init__(self, status: int, message: str, kind: str = "invalid_request", api: str | None = None):
+    def __init__(self, status: int, message: str, kind: str = "invalid_request", api: str | None = None,
+                 headers: dict[str, str] | None = None):
         super().__init__(message)
         self.status = status
         self.kind = kind
         self.api = api
+        self.headers = headers or {}
 
 
 @dataclass
@@ -89,9 +92,13 @@ class GatewayService:
     MAX_REGISTERED of them are kept."""
 
     def __init__(self, writer: StoreWriter, upstream: Upstream, max_body: int = MAX_BODY,
-                 redactor: Redactor = DEFAULT):
+                 redactor: Redactor = DEFAULT, fence: Fence | None = None, control: admin.Control | None = None,
+                 on_pause: str = "finish"):
         self.writer = writer
         self.upstream = upstream
+        self.fence = fence or Fence()
+        self.control = control or admin.Control()
+        self.on_pause = on_pause  # what a pause does to calls in flight unless it says: finish | abort
         self.max_body = max_body
         self.redactor = redactor
         self.registered: RecentSet[str] = RecentSet(MAX_REGISTERED)
@@ -105,6 +112,7 @@ class GatewayService:
             reply = await self._dispatch(request)
         except Reject as exc:
             reply = error_reply(exc.api or api, exc.status, str(exc), exc.kind)
+            reply.headers.update(exc.headers)
         except Exception:
             logger.exception("gateway failed on %s %s", request.method, split_prefix(path)[1])
             reply = error_reply(api, 500, "internal gateway error (see the gateway log)", "internal")
@@ -146,7 +154,7 @@ class GatewayService:
         return {routes.GENERATE: self._generate, routes.COUNT_TOKENS: self._count_tokens,
                 routes.MODELS: self._models, routes.PROBE: self._probe,
                 routes.SESSION_CLOSE: self._close, routes.SESSION_REGISTER: self._register,
-                routes.SESSION_COMPLETE: self._complete,
+                routes.SESSION_COMPLETE: self._complete, routes.ADMIN: self._admin,
                 routes.NOT_FOUND: self._not_found}
 
     def _body(self, request: Request, route: routes.Route) -> dict | None:
@@ -178,8 +186,8 @@ class GatewayService:
                     harness_ids=harness_ids(request.headers), created_at=request.created_at,
                     started=request.received)
         try:
-            result = await self.upstream.chat(chat_request, binding.session_id)
-        except UpstreamError as exc:
+            result = await self._fenced(call, chat_request)
+        except (UpstreamError, Aborted) as exc:
             reply = await self._upstream_failed(call, adapter, exc)
             request.recorded = True
             return reply
@@ -199,6 +207,17 @@ class GatewayService:
             return Reply(200, dump_bytes(call.response_body), {"content-type": JSON_TYPE, **headers})
         return Reply(200, b"".join(events), {**SSE_HEADERS, **headers})
 
+    async def _fenced(self, call: Call, chat_request: dict) -> UpstreamResult:
+        """The upstream call under the fence: it waits out a pause (or is a 503), names the policy version
+        in force when it was sent (a caller's own label wins), and a pause may abort it (Aborted)."""
+        try:
+            version = await self.fence.admit()
+        except Paused as exc:
+            raise Reject(503, str(exc), "unavailable", headers={"retry-after": str(RETRY_AFTER)}) from None
+        if version is not None:
+            call.labels = {"policy_version": version, **call.labels}
+        return await self.fence.upstream(self.upstream.chat(chat_request, call.session_id))
+
     async def _no_answer(self, call: Call, adapter: Adapter) -> Reply:
         call.http_status = 502
         call.response_body = adapter.error_body(502, call.error or NO_CHOICES, "upstream_error")
@@ -214,7 +233,9 @@ class GatewayService:
             extra={"request": data, "session_id": binding.session_id},
         )
 
-    async def _upstream_failed(self, call: Call, adapter: Adapter, exc: UpstreamError) -> Reply:
+    async def _upstream_failed(self, call: Call, adapter: Adapter, exc: UpstreamError | Aborted) -> Reply:
+        if isinstance(exc, Aborted):
+            return await self._aborted(call, adapter, exc)
         kind = _UPSTREAM_KINDS.get(exc.kind, "upstream_unreachable")
         call.status = _FAILED_STATUS.get(exc.kind, "upstream_error")
         call.metadata = exc.metadata
@@ -223,6 +244,13 @@ class GatewayService:
         call.response_body = adapter.error_body(exc.status, str(exc), kind)
         await self._record(call)
         return Reply(exc.status, dump_bytes(call.response_body), {"content-type": JSON_TYPE, **exc.headers})
+
+    async def _aborted(self, call: Call, adapter: Adapter, exc: Aborted) -> Reply:
+        """Recorded (flagged, never ok) and answered 503 with Retry-After: harnesses retry, after the resume."""
+        call.status, call.finish_reason, call.http_status, call.error = "aborted", "abort", 503, str(exc)
+        call.response_body = adapter.error_body(503, str(exc), "unavailable")
+        await self._record(call)
+        return Reply(503, dump_bytes(call.response_body), {"content-type": JSON_TYPE, "retry-after": str(RETRY_AFTER)})
 
     async def _record(self, call: Call) -> None:
         """Durable before the harness sees a byte: a failed write is a 500, never a silent loss."""
@@ -285,6 +313,22 @@ class GatewayService:
         return Reply(200, dump_bytes({"session_id": sid, "status": "closed", "evaluator": outcome.EVALUATOR,
                                       "reward": row["reward"], "duplicate": bool(stored)}))
 
+    async def _admin(self, request: Request, route: routes.Route, binding, data: None) -> Reply:
+        """A trainer's fence: pause (calls in flight finish or are aborted), resume under a new version, status."""
+        try:
+            self.control.check(request.headers)
+            if route.target == "pause":
+                aborted = self.fence.pause(admin.parse_pause(request.body, self.on_pause))
+                logger.warning("paused (%d calls in flight aborted)", aborted)
+            elif route.target == "resume":
+                self.fence.resume(admin.parse_resume(request.body))
+                logger.warning("resumed under policy version %s", self.fence.policy_version)
+        except admin.Refused as exc:
+            raise Reject(exc.status, str(exc), "invalid_request") from None
+        except FieldError as exc:
+            raise Reject(exc.status, str(exc)) from None
+        return Reply(200, dump_bytes(self.fence.status().to_json()))
+
     def _known_session(self, target: str | None) -> str:
         """The session an endpoint names: a 400 when it is no session id, a 404 when the store lacks it."""
         try:
@@ -323,7 +367,7 @@ class GatewayService:
 
 def _unrecorded_kind(request: Request, status: int) -> str | None:
     """Which of UNRECORDED_KINDS (store/schema.py) this call counts as; None when it is recorded."""
-    if request.recorded or request.endpoint in (routes.SESSION_CLOSE, routes.SESSION_COMPLETE):
+    if request.recorded or request.endpoint in (routes.SESSION_CLOSE, routes.SESSION_COMPLETE, routes.ADMIN):
         return None
     if status >= 400:
         return "server_error" if status >= 500 else "client_error"

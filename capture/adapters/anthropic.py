@@ -33,6 +33,7 @@ _KIND_TYPES = {
     "payload_too_large": "request_too_large",
     "timeout": "timeout_error",
     "upstream_unreachable": "api_error",
+    "unavailable": "overloaded_error",
     "internal": "api_error",
 }
 _STATUS_TYPES = {

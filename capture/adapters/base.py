@@ -42,6 +42,7 @@ ERROR_KINDS = (
     "upstream_unreachable",  # 502
     "upstream_error",        # any upstream HTTP error status
     "conflict",              # 409
+    "unavailable",           # 503 (paused for a weight update)
     "internal",              # 500
 )
 

@@ -54,6 +54,17 @@ LOCAL = "local"
 @click.option("--proxy-session", default=None, metavar="ID",
               help="Proxy mode: the session of proxied calls that name none with a proxy credential "
                    "(default: the usual binding rules; `tracetap run` sets it for the gateway it starts).")
+@click.option("--policy-version", default=None, metavar="V",
+              help="Policy (weights) version stamped on every call until POST /admin/resume names another "
+                   "(a caller's x-tracetap-policy-version header still wins).")
+@click.option("--control-token", envvar="TRACETAP_CONTROL_TOKEN", default=None, metavar="TOKEN",
+              help="Token POST /admin/pause|resume and GET /admin/status require (Authorization: Bearer). Without "
+                   "one they answer on a loopback bind only. Also read from $TRACETAP_CONTROL_TOKEN.")
+@click.option("--pause-wait", type=click.FloatRange(min=0), default=60.0, show_default=True,
+              help="Seconds a new call waits out a pause before it is answered 503 with Retry-After.")
+@click.option("--on-pause", type=click.Choice(["finish", "abort"]), default="finish", show_default=True,
+              help="Calls already upstream when a pause comes: let them finish, or abort them (recorded as "
+                   "aborted, answered 503); a pause's body {\"in_flight\": ...} overrides it.")
 @click.option("--redact-key", "redact_keys", multiple=True, metavar="NAME",
               help="Another key name whose values are secrets, masked in the store and never sent upstream "
                    "(any spelling: camelCase, snake_case, kebab-case; repeatable).")
@@ -61,7 +72,8 @@ def command(store: Path, listen: tuple[str, int], upstream: str, upstream_kind: 
             script: Path | None, max_model_len: int, timeout: float, max_body: int | None, idle_compact: float,
             replay: Path | None, replay_session: str | None, replay_miss: str, replay_ignore: tuple[str, ...],
             redact_keys: tuple[str, ...], mode: str, provider_hosts: tuple[str, ...],
-            passed: tuple[str, ...], proxy_session: str | None) -> None:
+            passed: tuple[str, ...], proxy_session: str | None, policy_version: str | None,
+            control_token: str | None, pause_wait: float, on_pause: str) -> None:
     """Run the gateway until Ctrl-C / SIGTERM.
 
     Point a harness at the printed base URLs; every call is recorded in STORE at token level.
@@ -86,7 +98,8 @@ def command(store: Path, listen: tuple[str, int], upstream: str, upstream_kind: 
         run_gateway(store, listen[0], listen[1], url, upstream_kind, served_model, confdir=ca_dir(), proxy=proxy,
                     on_ready=lambda host, port: _announce(host, port, store, url, upstream_kind, replay, proxy),
                     timeout=timeout, idle_seconds=idle_compact, compact_every=_compact_every(idle_compact),
-                    redact_keys=list(redact_keys), **limits, **replaying, **proxied)
+                    redact_keys=list(redact_keys), pause_wait=pause_wait, on_pause=on_pause,
+                    **_fence_options(policy_version, control_token), **limits, **replaying, **proxied)
     finally:
         if engine:
             engine.stop()
@@ -132,6 +145,24 @@ def _proxy_policy(mode: str, provider_hosts: tuple[str, ...], passed: tuple[str,
         return host_policy(provider_hosts, passed)
     except ValueError as exc:
         raise click.BadParameter(str(exc)) from None
+
+
+def _fence_options(policy_version: str | None, control_token: str | None) -> dict[str, str]:
+    """The fence's string options, checked: a version is printable text; a token is never logged."""
+    from tracetap.capture.admin import checked_version
+    from tracetap.capture.registration import FieldError
+
+    options = {}
+    if policy_version is not None:
+        try:
+            options["policy_version"] = checked_version(policy_version)
+        except FieldError as exc:
+            raise click.BadParameter(str(exc), param_hint="--policy-version") from None
+    if control_token is not None:
+        if len(control_token) < 16 or not control_token.isprintable():
+            raise click.BadParameter("use at least 16 printable characters", param_hint="--control-token")
+        options["control_token"] = control_token
+    return options
 
 
 def _compact_every(idle_seconds: float) -> float:
