@@ -18,6 +18,7 @@ from mitmproxy.tools.dump import DumpMaster
 from tracetap.capture import READY_MARKER, framing
 from tracetap.capture.addon import Gateway
 from tracetap.capture.service import MAX_BODY
+from tracetap.store import StorePath
 
 
 class _Announce:
@@ -39,7 +40,7 @@ def announce(host: str, port: int) -> None:
     print(f"{READY_MARKER}http://{host}:{port}", flush=True)
 
 
-def run_gateway(store: Path, listen_host: str, listen_port: int, upstream_url: str,
+def run_gateway(store: StorePath, listen_host: str, listen_port: int, upstream_url: str,
                 upstream_kind: str = "vllm", served_model: str | None = None, confdir: Path | None = None,
                 on_ready: Callable[[str, int], None] = announce, **settings: float | str | list[str]) -> None:
     """Serve until SIGTERM/SIGINT. A `listen_port` of 0 picks a free port (reported to `on_ready`).

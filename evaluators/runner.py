@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from tracetap.evaluators.base import EvalInput, EvalResult, EvaluatorError, create, evaluator_name
 from tracetap.evaluators.runtime import EvalRuntime
-from tracetap.store import Reader, StoreReader, validate_session_id, write_session_table
+from tracetap.store import Reader, StorePath, StoreReader, validate_session_id, write_session_table
 
 if TYPE_CHECKING:
     pass  # what tracetap.store.connect() returns
@@ -45,7 +45,7 @@ class SessionScore:
     reward: float | None
     trace_rewards: list[float] | None
     error: str | None
-    path: Path
+    path: StorePath
 
 
 def session_rows(reader: Reader, session_ids: list[str] | None) -> list[dict]:
