@@ -142,6 +142,15 @@ def _apply(state: _Session, completion: dict) -> None:
     row["status"] = "open"
 
 
+def _segment_sessions(path: StorePath) -> dict[str, int]:
+    """{session: highest seq} of a retired segment; none when another writer sharing the store (an
+    object store) deleted it since the listing: its rows were covered."""
+    try:
+        return segment_sessions(path)
+    except FileNotFoundError:
+        return {}
+
+
 def _new_row(sid: str) -> dict:
     return {**empty_row(SESSIONS), "session_id": sid, "status": "open",
             "completions": 0, "prompt_tokens": 0, "completion_tokens": 0}
@@ -202,7 +211,7 @@ class StoreWriter:
         """Delete the retired log segments whose every row is in a part file. A segment seen retired
         for the first time has all its sessions checked; after that, only the `compacted` ones."""
         with self._segments_lock:
-            fresh = {path: segment_sessions(path) for path in log_segments(self.root)
+            fresh = {path: _segment_sessions(path) for path in log_segments(self.root)
                      if path not in self._uncovered and self._log.retired(path)}
             for sessions in fresh.values():
                 self._forget_covered(sessions, list(sessions))
