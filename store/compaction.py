@@ -43,6 +43,7 @@ from tracetap.store.paths import (
     session_of,
     validate_session_id,
 )
+from tracetap.store.reading import retrying
 from tracetap.store.schema import STORED_COMPLETIONS
 from tracetap.store.snapshot import partitions, visible
 
@@ -113,7 +114,13 @@ def _merge(directory: StorePath, inputs: list[str], logged: pa.Table, covered: i
 
 
 def compact_dir(directory: StorePath) -> int:
-    """Compact one session directory and its log rows; returns how many rows were merged."""
+    """Compact one session directory and its log rows; returns how many rows were merged. On an object
+    store another gateway's compaction of the session may delete an input first: then it runs again
+    from a fresh listing (locally the lock rules that out)."""
+    return retrying(lambda: _compact(directory))
+
+
+def _compact(directory: StorePath) -> int:
     logged = _logged(directory)  # rows appended after this read have higher seqs: left for next time
     if not logged.num_rows and not is_dir(directory):
         return 0

@@ -15,6 +15,12 @@ after each call (it is derived: a writer opening the store recounts every row a 
 synchronously by register_session, close_session, flush and close. One writer process per store:
 a lock file enforces it.
 
+On an object store (`s3://bucket/prefix`, store/location.py) files are single PUTs and the log is one
+object per batch (store/commit_log.py), so gateways on several machines can share one store: there is
+no writer lock, each gateway records its own sessions (a session's seqs are assigned in one writer's
+memory, so one session must go through one gateway at a time), and one opening the store recovers every
+log object it finds (compacting a live gateway's rows too is safe: parts are named by what they cover).
+
 Memory stays bounded however many sessions a long-lived gateway sees: past `max_sessions` cached
 states, the least recently used ones whose summary row is on disk are compacted and dropped (a later
 call to such a session loads it again from disk, exactly as after a restart).
