@@ -149,3 +149,18 @@ def test_missing_store_is_a_clear_error(bucket):
     done = tracetap("sql", "--store", f"s3://{bucket}/nothing-here", "SELECT 1", code=2)
     assert "does not exist" in done.stderr
     assert isinstance(store_path(f"s3://{bucket}/x"), ObjectPath)
+
+
+def test_a_call_the_bucket_refuses_fails_in_the_callers_shape(bucket, tmp_path):
+    url = f"s3://{bucket}/store"
+    with gateway(url, tmp_path) as gw:
+        agent(gw, "before")
+        s3().rm(bucket, recursive=True)  # the bucket is gone: the next batch's PUT fails
+        chat = openai.OpenAI(base_url=f"{gw.url}/v1", api_key="x", max_retries=0,
+                             default_headers={"x-tracetap-session": "after"})
+        with pytest.raises(openai.InternalServerError) as refused:
+            chat.chat.completions.create(model="gpt-4o", messages=[{"role": "user", "content": "hi"}])
+        assert "could not record this call" in str(refused.value)
+        s3().mkdir(bucket)
+        agent(gw, "again")  # the gateway goes on once the bucket is back
+    assert [(sid, seq) for sid, seq, *_ in rows(url)] == [("again", 0), ("again", 1)]
