@@ -149,6 +149,20 @@ def is_dir(path: str | StorePath) -> bool:
     return os.path.isdir(str(path)) if remote is None else remote.fs.isdir(remote.key)
 
 
+def check_reachable(root: StorePath) -> None:
+    """Raise InvalidLocation when an object store's bucket is missing or cannot be listed (a wrong
+    endpoint or credentials), so a gateway says so before it accepts calls; a local path passes."""
+    if not isinstance(root, ObjectPath):
+        return
+    bucket = ObjectPath(root.protocol, root.key.partition("/")[0])
+    try:
+        found = is_dir(bucket)
+    except Exception as error:  # whatever the client raises: it is the answer the user needs
+        raise InvalidLocation(f"cannot reach {bucket}: {error}") from None
+    if not found:
+        raise InvalidLocation(f"bucket {bucket} does not exist")
+
+
 def read_bytes(path: str | StorePath, start: int | None = None, end: int | None = None) -> bytes:
     """The file's bytes (from `start` to `end` when given); FileNotFoundError when it is gone."""
     remote = _remote(path)

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import click
 
-from tracetap.store import InvalidLocation, StoreError, StorePath, check_store, store_path
+from tracetap.store import InvalidLocation, StoreError, StorePath, check_reachable, check_store, store_path
 
 MAX_CELL = 80
 
@@ -38,6 +38,15 @@ def _check_store(ctx: click.Context, param: click.Parameter, value: StorePath) -
         return check_store(value)
     except StoreError as error:
         raise click.BadParameter(str(error), ctx, param) from None
+
+
+def reachable_store(ctx: click.Context, param: click.Parameter, value: StorePath) -> StorePath:
+    """Click callback for a store to write to: an object store's bucket must exist and answer."""
+    try:
+        check_reachable(value)
+    except InvalidLocation as error:
+        raise click.BadParameter(str(error), ctx, param) from None
+    return value
 
 
 def store_option(function):

@@ -16,7 +16,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from conftest import KEY_ID, SECRET
-from tracetap.store import ObjectPath, StoreReader, connect, store_path
+from tracetap.store import StoreReader, connect, store_path
 
 pytestmark = pytest.mark.objstore
 
@@ -145,10 +145,12 @@ def test_bad_store_urls_are_refused_before_any_request(url, message):
         assert message in done.stderr and "SECRET" not in done.stderr
 
 
-def test_missing_store_is_a_clear_error(bucket):
+def test_missing_store_or_bucket_is_a_clear_error(bucket):
     done = tracetap("sql", "--store", f"s3://{bucket}/nothing-here", "SELECT 1", code=2)
-    assert "does not exist" in done.stderr
-    assert isinstance(store_path(f"s3://{bucket}/x"), ObjectPath)
+    assert f"store s3://{bucket}/nothing-here does not exist" in done.stderr
+    done = tracetap("gateway", "--store", f"s3://{bucket}-gone/store", "--upstream", "http://127.0.0.1:9", code=2)
+    assert f"bucket s3://{bucket}-gone does not exist" in done.stderr
+    assert not s3().exists(f"{bucket}-gone")
 
 
 def test_a_call_the_bucket_refuses_fails_in_the_callers_shape(bucket, tmp_path):

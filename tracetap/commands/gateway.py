@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from tracetap.common import STORE, listen_address
+from tracetap.common import STORE, listen_address, reachable_store
 
 LOCAL = "local"
 
@@ -17,7 +17,7 @@ if TYPE_CHECKING:
 
 
 @click.command("gateway")
-@click.option("--store", required=True, type=STORE,
+@click.option("--store", required=True, type=STORE, callback=reachable_store,
               help="Store directory (created when missing), or an object store URL such as s3://bucket/prefix.")
 @click.option("--listen", default="127.0.0.1:8787", show_default=True, callback=listen_address,
               help="HOST:PORT to serve on (port 0 picks a free one).")
