@@ -59,6 +59,12 @@ def s3_endpoint(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
             process.wait()
 
 
+@pytest.fixture(scope="session")
+def s3_credentials() -> tuple[str, str]:
+    """The dummy (key id, secret) every process here reaches the server with."""
+    return KEY_ID, SECRET
+
+
 @pytest.fixture
 def bucket(s3_endpoint: str) -> str:
     """A new, empty bucket."""

@@ -15,7 +15,6 @@ import openai
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from conftest import KEY_ID, SECRET
 from tracetap.store import StoreReader, connect, store_path
 
 pytestmark = pytest.mark.objstore
@@ -69,16 +68,16 @@ def rows(url: str) -> list[tuple]:
                            "FROM completions ORDER BY session_id, seq").fetchall()
 
 
-def no_credentials(data: bytes, key: str) -> None:
+def no_credentials(data: bytes, key: str, credentials: tuple[str, str]) -> None:
     """Neither dummy credential in an object's bytes, nor in its decoded rows (Parquet pages are compressed)."""
     texts = [data]
     if key.endswith(".parquet"):
         texts.append(json.dumps(pq.read_table(pa.BufferReader(data)).to_pylist(), default=str).encode())
     for text in texts:
-        assert KEY_ID.encode() not in text and SECRET.encode() not in text, key
+        assert not [secret for secret in credentials if secret.encode() in text], key
 
 
-def test_capture_compaction_build_export_and_sql_on_s3(bucket, tmp_path):
+def test_capture_compaction_build_export_and_sql_on_s3(bucket, s3_credentials, tmp_path):
     url = f"s3://{bucket}/runs/store"
     with gateway(url, tmp_path) as gw:
         ids = {sid: agent(gw, sid) for sid in ("alpha", "beta")}
@@ -110,8 +109,8 @@ def test_capture_compaction_build_export_and_sql_on_s3(bucket, tmp_path):
     assert counted == [{"session_id": "alpha", "completions": 2}, {"session_id": "beta", "completions": 2}]
 
     for key, data in objects(bucket).items():
-        no_credentials(data, key)
-    no_credentials(out.read_bytes(), str(out))
+        no_credentials(data, key, s3_credentials)
+    no_credentials(out.read_bytes(), str(out), s3_credentials)
 
 
 def test_gateways_share_a_bucket_and_a_killed_ones_calls_survive(bucket, tmp_path):
