@@ -19,7 +19,7 @@ from tracetap.builders.export_atif import atif_document, session_completions
 from tracetap.builders.export_budget import apply_budget
 from tracetap.builders.export_writers import JsonDirSink, JsonlSink, ParquetSink
 from tracetap.builders.rewards import join_session, load_rewards
-from tracetap.store import StoreReader, validate_name
+from tracetap.store import StorePath, StoreReader, store_path, validate_name
 
 FORMATS = ("parquet", "jsonl", "slime", "verl", "atif")
 
@@ -42,7 +42,7 @@ class ExportSummary:
     unrewarded_traces: int = 0
 
 
-def trajectory_sessions(root: Path | str, builder: str) -> list[str]:
+def trajectory_sessions(root: StorePath | str, builder: str) -> list[str]:
     """Ids of the sessions with trajectories of `builder`, in session order."""
     return StoreReader(root).trajectory_session_ids(builder)
 
@@ -122,13 +122,13 @@ def _fit(summary: ExportSummary, rows: list[dict], max_tokens: int | None) -> li
     return kept
 
 
-def export(root: Path | str, builder: str, fmt: str, out: Path | str, *, max_tokens: int | None = None,
+def export(root: StorePath | str, builder: str, fmt: str, out: Path | str, *, max_tokens: int | None = None,
            evaluator: str | None = None, force: bool = False,
            on_session: Callable[[str], None] | None = None,
            session_ids: Collection[str] | None = None) -> ExportSummary:
     """Write the dataset to `out` (only `session_ids` when given, e.g. one rollout task's sessions);
     returns counts (traces dropped by the budget included)."""
-    root, out = Path(root), Path(out)
+    root, out = store_path(root), Path(out)
     if fmt not in FORMATS:
         raise ExportError(f"unknown format {fmt!r}; formats: {', '.join(FORMATS)}")
     if max_tokens is not None and (fmt == "atif" or max_tokens < 1):

@@ -15,14 +15,13 @@ from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from functools import partial
-from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
 from tracetap.builders import per_request, prefix_merging
 from tracetap.builders.base import Builder
 from tracetap.builders.drift import Decode
-from tracetap.store import StoreReader, validate_session_id, write_session_table
+from tracetap.store import StorePath, StoreReader, validate_session_id, write_session_table
 
 READ_COLUMNS = ["session_id", "seq", "completion_id", "task_id", "status", "http_status", "served_model",
                 "prompt_token_ids", "completion_token_ids", "logprobs", "finish_reason", "tool_calls",
@@ -75,7 +74,7 @@ class BuildSummary:
                 "not_trainable": self.not_trainable, "session_stats": self.session_stats}
 
 
-def list_sessions(store_root: Path | str) -> list[str]:
+def list_sessions(store_root: StorePath | str) -> list[str]:
     """Ids of the sessions with recorded completions, sorted."""
     return StoreReader(store_root).session_ids()
 
@@ -98,7 +97,7 @@ def table_rows(table: pa.Table) -> list[dict]:
     return [dict(zip(columns, values, strict=True)) for values in zip(*columns.values(), strict=True)]
 
 
-def load_session(store_root: Path | str, session_id: str) -> tuple[list[dict], dict | None]:
+def load_session(store_root: StorePath | str, session_id: str) -> tuple[list[dict], dict | None]:
     """(the session's completion rows in seq order, its sessions row or None)."""
     return _load(StoreReader(store_root), session_id)
 
@@ -107,7 +106,7 @@ def _load(reader: StoreReader, session_id: str) -> tuple[list[dict], dict | None
     return table_rows(reader.completions(session_id, READ_COLUMNS)), reader.session(session_id)
 
 
-def build(store_root: Path | str, builder: str, session_ids: Iterable[str] | None = None,
+def build(store_root: StorePath | str, builder: str, session_ids: Iterable[str] | None = None,
           eot_id: int | None = None, progress: Callable[[str], None] | None = None,
           decode: Decode | None = None) -> BuildSummary:
     """Build `builder`'s trajectories for the given sessions (default: all) into the store.

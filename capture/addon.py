@@ -21,7 +21,7 @@ from tracetap.capture.redact import Redactor
 from tracetap.capture.replay import RecordedStore, ReplayUpstream
 from tracetap.capture.service import FALLBACK_API, MAX_BODY, GatewayService, Reply, caller_api, error_reply
 from tracetap.capture.upstream import Upstream, UpstreamClient
-from tracetap.store import StoreWriter
+from tracetap.store import StorePath, StoreWriter, store_path
 
 logger = logging.getLogger("tracetap.gateway")
 _PROTOCOL_ERROR_KINDS = {400: "invalid_request", 413: "payload_too_large"}
@@ -30,7 +30,7 @@ PASSED = "tracetap_passed"  # flow metadata: proxy mode lets this flow through, 
 
 @dataclass(frozen=True)
 class Settings:
-    store: Path
+    store: StorePath
     upstream: str
     upstream_kind: str = "vllm"
     served_model: str | None = None
@@ -79,7 +79,7 @@ class Gateway:
             return
         o = ctx.options
         self.settings = Settings(
-            store=Path(o.tracetap_store), upstream=o.tracetap_upstream,
+            store=store_path(o.tracetap_store), upstream=o.tracetap_upstream,
             upstream_kind=o.tracetap_upstream_kind, served_model=o.tracetap_served_model or None,
             timeout=o.tracetap_timeout,
             max_body=o.tracetap_max_body, compact_every=o.tracetap_compact_every,

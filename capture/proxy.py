@@ -20,6 +20,7 @@ from tracetap.capture import READY_MARKER, framing
 from tracetap.capture.addon import Gateway
 from tracetap.capture.proxy_mode import HostPolicy, ProxyMode
 from tracetap.capture.service import MAX_BODY
+from tracetap.store import StorePath
 
 
 class _Announce:
@@ -41,7 +42,7 @@ def announce(host: str, port: int) -> None:
     print(f"{READY_MARKER}http://{host}:{port}", flush=True)
 
 
-def run_gateway(store: Path, listen_host: str, listen_port: int, upstream_url: str,
+def run_gateway(store: StorePath, listen_host: str, listen_port: int, upstream_url: str,
                 upstream_kind: str = "vllm", served_model: str | None = None, confdir: Path | None = None,
                 on_ready: Callable[[str, int], None] = announce, proxy: HostPolicy | None = None,
                 **settings: float | str | list[str]) -> None:

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from tracetap.evaluators.base import EvalInput, EvalResult, EvaluatorError, create, evaluator_name
 from tracetap.evaluators.runtime import EvalRuntime
-from tracetap.store import Reader, StoreReader, validate_session_id, write_session_table
+from tracetap.store import Reader, StorePath, StoreReader, store_path, validate_session_id, write_session_table
 
 if TYPE_CHECKING:
     pass  # what tracetap.store.connect() returns
@@ -45,7 +45,7 @@ class SessionScore:
     reward: float | None
     trace_rewards: list[float] | None
     error: str | None
-    path: Path
+    path: StorePath
 
 
 def session_rows(reader: Reader, session_ids: list[str] | None) -> list[dict]:
@@ -91,11 +91,11 @@ def _run(evaluator, inp: EvalInput) -> tuple[EvalResult | None, str | None]:
 class EvaluationJob:
     """One evaluator, checked config and the sessions to score; `score` runs and records one session."""
 
-    def __init__(self, root: Path | str, spec: str, config: dict[str, Any], *,
+    def __init__(self, root: StorePath | str, spec: str, config: dict[str, Any], *,
                  session_ids: list[str] | None = None, builder: str = DEFAULT_BUILDER,
                  workspace_root: Path | None = None, timeout: float = 600.0,
                  tools: SessionTools = NO_TOOLS) -> None:
-        self.root = Path(root)
+        self.root = store_path(root)
         self.evaluator = create(spec)
         self.name = evaluator_name(type(self.evaluator))
         self.config = self.evaluator.check_config(config)  # bad config fails before any session runs
@@ -129,7 +129,7 @@ class EvaluationJob:
         return SessionScore(inp.session_id, row["reward"], row["trace_rewards"], error, path)
 
 
-def evaluate_store(root: Path | str, spec: str, config: dict[str, Any], **options: Any) -> list[SessionScore]:
+def evaluate_store(root: StorePath | str, spec: str, config: dict[str, Any], **options: Any) -> list[SessionScore]:
     """Score every selected session (see EvaluationJob for the options)."""
     job = EvaluationJob(root, spec, config, **options)
     return [job.score(session) for session in job.sessions]

@@ -12,7 +12,7 @@ if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then exit 0; fi
 [ -x "$VENV/bin/python" ] || "$PY" -m venv "$VENV"
 pip=("$VENV/bin/python" -m pip install --disable-pip-version-check -q)
 # Step 1: the core stack with its pins (mitmproxy==11.0.2 and huggingface-hub<2 keep the resolver sane).
-"${pip[@]}" -e '.[engine,dev,ray,containers]'
+"${pip[@]}" -e '.[engine,dev,ray,containers,objstore]'
 # Step 2: the official SDKs; they upgrade h11 past mitmproxy's declared bound on purpose.
 "${pip[@]}" -r requirements-sdk.txt
 

@@ -35,3 +35,5 @@ TRACETAP_TEST_STORE_FORM=v1-migrated "$VENV/bin/python" -m pytest -q $READ_SIDE
     tests/rollout/test_docker_evaluators.py tests/tracetap/test_demo.py
 "$VENV/bin/python" -m pytest -q -m podman tests/rollout/test_podman_runtime.py
 "$VENV/bin/python" -m pytest -q -m ray tests/rollout/test_ray.py
+# The store in an S3 bucket of moto's server on loopback (moto runs from its own venv: scripts/moto.sh).
+"$VENV/bin/python" -m pytest -q -m objstore tests/objstore

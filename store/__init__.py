@@ -8,7 +8,16 @@ polars load only when a reader is used.
 from tracetap.store.catalog import VIEW_COLUMNS, connect, scan
 from tracetap.store.compaction import compact_session, compact_store
 from tracetap.store.connection import StoreConnection
-from tracetap.store.files import StoreError, check_store, ensure_dir, fsync_dir, storage_schema, write_text_atomic
+from tracetap.store.files import StoreError, check_store, storage_schema, write_text_atomic
+from tracetap.store.location import (
+    InvalidLocation,
+    ObjectPath,
+    StorePath,
+    check_reachable,
+    ensure_dir,
+    fsync_dir,
+    store_path,
+)
 from tracetap.store.migrate import Migration, migrate_store
 from tracetap.store.paths import InvalidSessionId, session_dir, task_file, validate_name, validate_session_id
 from tracetap.store.reader import Reader, StoreReader, read_task, read_tasks
@@ -20,13 +29,17 @@ __all__ = [
     "SCHEMA_VERSION",
     "TABLES",
     "VIEW_COLUMNS",
+    "InvalidLocation",
     "InvalidSessionId",
     "Migration",
+    "ObjectPath",
     "Reader",
     "StoreConnection",
     "StoreError",
+    "StorePath",
     "StoreReader",
     "StoreWriter",
+    "check_reachable",
     "check_store",
     "compact_session",
     "compact_store",
@@ -41,6 +54,7 @@ __all__ = [
     "scan",
     "session_dir",
     "storage_schema",
+    "store_path",
     "task_file",
     "validate_name",
     "validate_session_id",

@@ -24,12 +24,12 @@ Reads follow store/reading.py: a statement or scan that loses a file to compacti
 from __future__ import annotations
 
 from collections.abc import Callable, Collection
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from tracetap.store.compact_form import BODIES, PLACEHOLDER, refs_column, template_column
 from tracetap.store.connection import StoreConnection, duckdb_vanished
-from tracetap.store.files import storage_schema
+from tracetap.store.files import read_parquet, storage_schema
+from tracetap.store.location import ObjectPath, StorePath, is_dir, store_path
 from tracetap.store.log_reading import log_source, sql_string, typed_nulls
 from tracetap.store.paths import validate_session_id
 from tracetap.store.reading import read_completions, retrying
@@ -166,7 +166,7 @@ class _Views:
     and the views are made again whenever the set of tables without files changes.
     """
 
-    def __init__(self, con: duckdb.DuckDBPyConnection, root: Path, session_ids: list[str] | None) -> None:
+    def __init__(self, con: duckdb.DuckDBPyConnection, root: StorePath, session_ids: list[str] | None) -> None:
         self.con, self.root, self.session_ids = con, root, session_ids
         self.empty: frozenset[str] | None = None  # the tables without files the views were made for
 
@@ -193,17 +193,19 @@ class _Views:
             self.con.execute(f"SET VARIABLE {_variable(LOG)} = $1", [list(listed.log)])
 
 
-def connect(root: Path | str, decode: Callable[[list[int]], str] | None = None,
+def connect(root: StorePath | str, decode: Callable[[list[int]], str] | None = None,
             session_ids: Collection[str] | None = None) -> StoreConnection:
     """An in-memory DuckDB connection with views `completions, sessions, rewards, trajectories`.
 
     With `decode`, the SQL function `decode(ids INTEGER[]) -> VARCHAR` calls it (NULL for NULL).
     With `session_ids`, the views hold those sessions only (and list nothing else).
+    On an object store DuckDB reads the files through the store's fsspec filesystem (registered on the
+    connection; the views list URLs of its protocol).
     """
     import duckdb
 
-    root = Path(root)
-    if not root.is_dir():
+    root = store_path(root)
+    if not is_dir(root):
         raise FileNotFoundError(f"store {root} does not exist")
     wanted = None if session_ids is None else [validate_session_id(sid) for sid in session_ids]
     con = duckdb.connect(":memory:")
@@ -211,14 +213,16 @@ def connect(root: Path | str, decode: Callable[[list[int]], str] | None = None,
     # Session, reward and trajectory files are replaced under the same name (temp + rename): a block cache
     # keyed by path could hand a reader pieces of the file it replaced.
     con.execute("SET enable_external_file_cache = false")
-    views = _Views(con, root.resolve(), wanted)
+    if isinstance(root, ObjectPath):
+        con.register_filesystem(root.fs)
+    views = _Views(con, root if isinstance(root, ObjectPath) else root.resolve(), wanted)
     retrying(views.refresh, duckdb_vanished)
     if decode is not None:
         con.create_function("decode", lambda ids: decode(list(ids)), ["INTEGER[]"], "VARCHAR")
     return StoreConnection(con, views.refresh)
 
 
-def scan(root: Path | str, table: str) -> polars.LazyFrame:
+def scan(root: StorePath | str, table: str) -> polars.LazyFrame:
     """`table` as a Polars LazyFrame; its files are listed each time it is collected."""
     import polars
     from polars.io.plugins import register_io_source
@@ -229,12 +233,12 @@ def scan(root: Path | str, table: str) -> polars.LazyFrame:
 
     def source(with_columns: list[str] | None, predicate: polars.Expr | None, n_rows: int | None,
                batch_size: int | None):
-        yield retrying(lambda: _collect(Path(root), table, schema, with_columns, predicate, n_rows))
+        yield retrying(lambda: _collect(store_path(root), table, schema, with_columns, predicate, n_rows))
 
     return register_io_source(source, schema=schema, explain_name=f"tracetap {table}")
 
 
-def _completions_frame(root: Path, schema: polars.Schema, with_columns: list[str] | None,
+def _completions_frame(root: StorePath, schema: polars.Schema, with_columns: list[str] | None,
                        predicate: polars.Expr | None) -> polars.LazyFrame:
     """Completions through the Python reader (store/reading.py), which expands the compact form."""
     import polars
@@ -246,19 +250,29 @@ def _completions_frame(root: Path, schema: polars.Schema, with_columns: list[str
     return polars.concat(frames).lazy() if frames else polars.LazyFrame(schema={n: schema[n] for n in wanted})
 
 
-def _collect(root: Path, table: str, schema: polars.Schema, with_columns: list[str] | None,
+def _collect(root: StorePath, table: str, schema: polars.Schema, with_columns: list[str] | None,
              predicate: polars.Expr | None, n_rows: int | None) -> polars.DataFrame:
     """What one collect of `scan(root, table)` asks for, read from the files listed now."""
-    import polars
 
     if table == "completions":
         frame = _completions_frame(root, schema, with_columns, predicate)
     else:
-        files = snapshot(root, [table]).files(table)
-        frame = (polars.scan_parquet(files, schema=schema, hive_partitioning=False, missing_columns="insert")
-                 if files else polars.LazyFrame(schema=schema))
+        frame = _table_frame(root, table, schema)
     if predicate is not None:
         frame = frame.filter(predicate)
     if with_columns is not None:
         frame = frame.select(with_columns)
     return (frame if n_rows is None else frame.head(n_rows)).collect()
+
+
+def _table_frame(root: StorePath, table: str, schema: polars.Schema) -> polars.LazyFrame:
+    """A table other than completions: Polars scans local files itself; objects are read by pyarrow
+    through the store's filesystem (Polars would reach the bucket with credentials of its own)."""
+    import polars
+
+    files = snapshot(root, [table]).files(table)
+    if not files:
+        return polars.LazyFrame(schema=schema)
+    if isinstance(root, ObjectPath):
+        return polars.DataFrame(read_parquet(files, TABLES[table])).lazy()
+    return polars.scan_parquet(files, schema=schema, hive_partitioning=False, missing_columns="insert")

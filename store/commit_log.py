@@ -11,6 +11,13 @@ lacks it and is never visible (store/log_reading.py). A failed write may leave s
 the segment is retired and the next batch starts a new one: a torn tail always ends its segment and
 is never glued to a later line. Segments rotate past `segment_bytes`; compaction moves their rows
 into part files and the writer deletes a segment (never the live one) once parts cover all its rows.
+
+On an object store (store/location.py) an object cannot be appended to, and a PUT is atomic and durable
+once it returns: there each batch is one segment object, written with one PUT, and no segment is live.
+The log then lives in the bucket with the rest of the store, so an acknowledged call survives the loss
+of the gateway's machine, readers see it at once, and gateways on several machines share the store,
+each writing its own segments (their writer ids differ). A torn object cannot exist, so a failed PUT
+leaves nothing behind.
 """
 
 from __future__ import annotations
@@ -23,7 +30,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
-from tracetap.store.files import StoreError, ensure_dir, fsync_dir
+from tracetap.store.files import StoreError
+from tracetap.store.location import ObjectPath, StorePath, ensure_dir, fsync_dir, write_atomic
 from tracetap.store.paths import segment_name
 from tracetap.store.schema import STORED_COMPLETIONS
 
@@ -62,7 +70,7 @@ class _Pending:
 class CommitLog:
     """One writer's append-only log; `append` returns once its line is on disk."""
 
-    def __init__(self, directory: Path, writer_id: str, segment_bytes: int = SEGMENT_BYTES) -> None:
+    def __init__(self, directory: StorePath, writer_id: str, segment_bytes: int = SEGMENT_BYTES) -> None:
         self.directory = directory
         self.writer_id = writer_id
         self.segment_bytes = segment_bytes
@@ -73,12 +81,12 @@ class CommitLog:
         self._number = 0
         self._fd: int | None = None
         self._size = 0
-        self._live: Path | None = None
+        self._live: StorePath | None = None
         self._segment_lock = threading.Lock()  # the live segment changes only under it
         self._thread = threading.Thread(target=self._run, name="tracetap-committer", daemon=True)
         self._thread.start()
 
-    def retired(self, path: Path) -> bool:
+    def retired(self, path: StorePath) -> bool:
         """Whether no batch can go to the segment `path` again (any segment but the live one)."""
         with self._segment_lock:
             return path != self._live
@@ -119,7 +127,9 @@ class CommitLog:
     def _write(self, data: bytes) -> OSError | None:
         """Append one batch with one write and one fdatasync. A failure cuts the segment back to where
         the batch began (its callers get an error, so none of its lines may stay whole: their seqs are
-        given again) and retires it."""
+        given again) and retires it. On an object store the batch is one new segment object."""
+        if isinstance(self.directory, ObjectPath):
+            return self._put(self.directory, data)
         try:
             fd = self._segment()
             view = memoryview(data)
@@ -134,12 +144,22 @@ class CommitLog:
             self._retire()
         return None
 
+    def _put(self, directory: ObjectPath, data: bytes) -> OSError | None:
+        path = directory / segment_name(self.writer_id, self._number)
+        self._number += 1
+        try:
+            write_atomic(path, lambda handle: handle.write(data))
+        except Exception as error:  # any failure of the PUT (a client error too) fails the batch's callers
+            return error if isinstance(error, OSError) else OSError(f"PUT {path}: {error}")
+        return None
+
     def _segment(self) -> int:
         """The open live segment, created (and its name made durable) when there is none."""
         with self._segment_lock:
             return self._open_segment() if self._fd is None else self._fd
 
     def _open_segment(self) -> int:
+        assert isinstance(self.directory, Path), "an object store log has no open segment"
         ensure_dir(self.directory)
         path = self.directory / segment_name(self.writer_id, self._number)
         self._number += 1

@@ -25,13 +25,13 @@ from __future__ import annotations
 import fcntl
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from tracetap.store.files import ensure_dir, fsync_dir, read_parquet, write_parquet_atomic
+from tracetap.store.files import read_parquet, write_parquet_atomic
+from tracetap.store.location import ObjectPath, StorePath, ensure_dir, fsync_dir, is_dir, remove, store_path
 from tracetap.store.log_reading import log_rows, log_seqs, logged_sessions
 from tracetap.store.paths import (
     SESSION_ID_PATTERN,
@@ -43,6 +43,7 @@ from tracetap.store.paths import (
     session_of,
     validate_session_id,
 )
+from tracetap.store.reading import retrying
 from tracetap.store.schema import STORED_COMPLETIONS
 from tracetap.store.snapshot import partitions, visible
 
@@ -51,12 +52,12 @@ PART_COMPRESSION = "zstd"  # parts hold a session's repeated JSON templates: sma
 STALE_TMP_SECONDS = 3600.0
 
 
-def _logged(directory: Path) -> pa.Table:
+def _logged(directory: StorePath) -> pa.Table:
     """The session's rows in the group-commit log (store/commit_log.py), all columns."""
     return log_rows(*session_of(directory))
 
 
-def next_seq(directory: Path) -> int:
+def next_seq(directory: StorePath | str) -> int:
     """The seq the next completion of this session gets: one past the highest on disk or in the log."""
     parts, loose = classify(directory)
     logged = log_seqs(*session_of(directory))
@@ -64,7 +65,13 @@ def next_seq(directory: Path) -> int:
 
 
 @contextmanager
-def _locked(directory: Path):
+def _locked(directory: StorePath) -> Iterator[None]:
+    """Local compactions of one session run one at a time. An object store has no lock: there a session
+    is compacted by the gateway recording it (or one recovering its log), and two compactions that do
+    meet write the same part name with the same rows and delete only their own inputs."""
+    if isinstance(directory, ObjectPath):
+        yield
+        return
     with open(directory / LOCK_NAME, "a") as handle:
         fcntl.flock(handle, fcntl.LOCK_EX)
         try:
@@ -73,17 +80,20 @@ def _locked(directory: Path):
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
-def _remove(paths: list[str | Path], directory: Path) -> None:
+def _remove(paths: Sequence[str | StorePath], directory: StorePath) -> None:
     for path in paths:
-        Path(path).unlink(missing_ok=True)
+        remove(path)
     if paths:
         fsync_dir(directory)
 
 
-def _stale_temps(directory: Path) -> list[Path]:
-    """Temp files a crashed writer left behind (old enough that no write can still own them)."""
+def _stale_temps(directory: StorePath) -> list[str | StorePath]:
+    """Temp files a crashed writer left behind (old enough that no write can still own them); an
+    object store has none (a PUT needs no temp name)."""
+    if isinstance(directory, ObjectPath):
+        return []
     cutoff = time.time() - STALE_TMP_SECONDS
-    stale = []
+    stale: list[str | StorePath] = []
     for path in directory.glob(".*.tmp"):
         try:
             if path.stat().st_mtime < cutoff:
@@ -93,7 +103,7 @@ def _stale_temps(directory: Path) -> list[Path]:
     return stale
 
 
-def _merge(directory: Path, inputs: list[str], logged: pa.Table, covered: int) -> pa.Table:
+def _merge(directory: StorePath, inputs: list[str], logged: pa.Table, covered: int) -> pa.Table:
     """The rows of `inputs` and `logged`, checked to be exactly seqs 0..covered-1 of one session, in order."""
     table = pa.concat_tables([read_parquet(inputs, STORED_COMPLETIONS), logged]).sort_by("seq")
     if table.column("seq").to_pylist() != list(range(covered)):
@@ -103,10 +113,16 @@ def _merge(directory: Path, inputs: list[str], logged: pa.Table, covered: int) -
     return table
 
 
-def compact_dir(directory: Path) -> int:
-    """Compact one session directory and its log rows; returns how many rows were merged."""
+def compact_dir(directory: StorePath) -> int:
+    """Compact one session directory and its log rows; returns how many rows were merged. On an object
+    store another gateway's compaction of the session may delete an input first: then it runs again
+    from a fresh listing (locally the lock rules that out)."""
+    return retrying(lambda: _compact(directory))
+
+
+def _compact(directory: StorePath) -> int:
     logged = _logged(directory)  # rows appended after this read have higher seqs: left for next time
-    if not directory.is_dir() and not logged.num_rows:
+    if not logged.num_rows and not is_dir(directory):
         return 0
     ensure_dir(directory)  # a session seen only in the log has no directory yet
     with _locked(directory):
@@ -127,7 +143,7 @@ def compact_dir(directory: Path) -> int:
     return end - start
 
 
-def rewrite_dir(directory: Path, rewrite: Callable[[pa.Table], pa.Table]) -> int:
+def rewrite_dir(directory: StorePath, rewrite: Callable[[pa.Table], pa.Table]) -> int:
     """Replace one session's live files by a single part holding `rewrite(its rows)`, by the same
     switch as compaction (the part is renamed in, then what it supersedes is deleted); returns the
     number of rows. A part of the same name is replaced whole by the rename."""
@@ -143,18 +159,18 @@ def rewrite_dir(directory: Path, rewrite: Callable[[pa.Table], pa.Table]) -> int
     return table.num_rows
 
 
-def compact_session(root: Path | str, sid: str) -> int:
+def compact_session(root: StorePath | str, sid: str) -> int:
     """Compact one session's completions; returns how many rows were merged."""
-    return compact_dir(session_dir(Path(root), "completions", validate_session_id(sid)))
+    return compact_dir(session_dir(store_path(root), "completions", validate_session_id(sid)))
 
 
-def recorded_sessions(root: Path | str) -> list[str]:
+def recorded_sessions(root: StorePath | str) -> list[str]:
     """Ids of the sessions with completions (a completions directory, or rows in the log), sorted."""
     in_dirs = {session_of(directory)[1] for directory in partitions(root, "completions")}
     return sorted(sid for sid in in_dirs | logged_sessions(root) if SESSION_ID_PATTERN.fullmatch(sid))
 
 
-def compact_store(root: Path | str) -> dict[str, int]:
+def compact_store(root: StorePath | str) -> dict[str, int]:
     """Compact every session of the store: {session_id: rows merged} for sessions that changed."""
     merged = {}
     for sid in recorded_sessions(root):

@@ -7,7 +7,8 @@ Which log rows a reader shows is the store's one visibility rule (store/compacti
 rows with seq >= N, N its highest part.
 
 A segment only grows while its writer lives, so each process keeps an index of every segment it read
-(where each session's lines are, not the rows) and extends it by what was appended since.
+(where each session's lines are, not the rows) and extends it by what was appended since. On an object
+store a segment is one batch, written once and never changed: it is read whole, once.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import json
 import os
 import re
 import threading
-from collections.abc import Collection
+from collections.abc import Collection, Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -24,6 +25,7 @@ from pathlib import Path
 import pyarrow as pa
 from tracetap.store.commit_log import END_MARK
 from tracetap.store.files import storage_schema
+from tracetap.store.location import ObjectPath, StorePath, read_bytes, store_path
 from tracetap.store.paths import log_segments
 from tracetap.store.schema import STORED_COMPLETIONS
 
@@ -44,7 +46,7 @@ class _Index:
     sessions: dict[str, list[Span]] = field(default_factory=dict)
 
 
-_INDEXES: dict[Path, _Index] = {}
+_INDEXES: dict[StorePath, _Index] = {}
 _LOCK = threading.Lock()
 
 
@@ -62,8 +64,23 @@ def _scan(data: bytes, base: int, sessions: dict[str, list[Span]]) -> None:
         start = end + 1
 
 
-def _index(path: Path) -> dict[str, list[Span]]:
+def _object_index(path: ObjectPath) -> dict[str, list[Span]]:
+    """The whole lines of one segment object (immutable: indexed on its first read)."""
+    with _LOCK:
+        index = _INDEXES.get(path)
+    if index is None:
+        data = read_bytes(path)
+        index = _Index(0, len(data))
+        _scan(data, 0, index.sessions)
+        with _LOCK:
+            _INDEXES[path] = index
+    return dict(index.sessions)
+
+
+def _index(path: StorePath) -> dict[str, list[Span]]:
     """The whole lines of one segment by session, read as far as it is written now."""
+    if isinstance(path, ObjectPath):
+        return _object_index(path)
     with open(path, "rb") as handle, _LOCK:
         stat = os.fstat(handle.fileno())
         index = _INDEXES.get(path)
@@ -82,27 +99,27 @@ def _index(path: Path) -> dict[str, list[Span]]:
         return sessions
 
 
-def segment_sessions(path: Path) -> dict[str, int]:
+def segment_sessions(path: StorePath) -> dict[str, int]:
     """{session: highest seq} over the whole rows of one segment."""
     return {sid: max(seq for seq, _, _ in spans) for sid, spans in _index(path).items()}
 
 
-def log_seqs(root: Path | str, sid: str) -> list[int]:
+def log_seqs(root: StorePath | str, sid: str) -> list[int]:
     """The seqs of one session's whole rows in the log, from the index (no row is decoded)."""
-    return [seq for path in _segments(Path(root)) for seq, _, _ in _index(path).get(sid, [])]
+    return [seq for path in _segments(store_path(root)) for seq, _, _ in _index(path).get(sid, [])]
 
 
-def logged_sessions(root: Path | str) -> set[str]:
+def logged_sessions(root: StorePath | str) -> set[str]:
     """Every session with a whole row in the log."""
-    return {sid for path in log_segments(Path(root)) for sid in segment_sessions(path)}
+    return {sid for path in log_segments(root) for sid in segment_sessions(path)}
 
 
-def _segments(root: Path) -> list[Path]:
+def _segments(root: StorePath) -> list[StorePath]:
     """The log's segments now; the index forgets deleted ones."""
     segments = log_segments(root)
     with _LOCK:
         for gone in set(_INDEXES) - set(segments):
-            if gone.parent == Path(root, "log"):
+            if gone.parent == root / "log":
                 del _INDEXES[gone]
     return segments
 
@@ -118,18 +135,25 @@ def _decode(line: bytes) -> dict | None:
     return row
 
 
-def _read_rows(path: Path, spans: list[Span]) -> list[dict]:
-    rows = []
+def _read_rows(path: StorePath, spans: list[Span]) -> list[dict]:
+    lines: Iterable[bytes]
+    if isinstance(path, ObjectPath):
+        data = read_bytes(path) if spans else b""  # one GET for the whole (small, immutable) batch
+        lines = [data[start:end] for _, start, end in spans]
+    else:
+        lines = _local_lines(path, spans)
+    return [row for line in lines if (row := _decode(line)) is not None]
+
+
+def _local_lines(path: Path, spans: list[Span]) -> Iterator[bytes]:
     with open(path, "rb") as handle:
         for _, start, end in spans:
             handle.seek(start)
-            if (row := _decode(handle.read(end - start))) is not None:
-                rows.append(row)
-    return rows
+            yield handle.read(end - start)
 
 
-def log_rows(root: Path | str, sid: str | None = None, columns: list[str] | None = None,
-             segments: list[Path] | None = None, session_ids: Collection[str] | None = None) -> pa.Table:
+def log_rows(root: StorePath | str, sid: str | None = None, columns: list[str] | None = None,
+             segments: list[StorePath] | None = None, session_ids: Collection[str] | None = None) -> pa.Table:
     """The log's whole rows (of one session, of `session_ids`, or all), typed as the completions
     storage schema; from `segments` when given (a snapshot's listing), else from the log's segments now.
 
@@ -137,7 +161,7 @@ def log_rows(root: Path | str, sid: str | None = None, columns: list[str] | None
     """
     wanted_ids = None if sid is None and session_ids is None else {*(session_ids or ()), *([sid] if sid else [])}
     rows = []
-    for path in _segments(Path(root)) if segments is None else segments:
+    for path in _segments(store_path(root)) if segments is None else segments:
         sessions = _index(path)
         chosen = sessions.values() if wanted_ids is None else [sessions.get(one, []) for one in wanted_ids]
         rows += _read_rows(path, sorted(span for spans in chosen for span in spans))

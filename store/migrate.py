@@ -21,6 +21,7 @@ from tracetap.store.compact_form import History, encode_row
 from tracetap.store.compaction import rewrite_dir
 from tracetap.store.expansion import expand
 from tracetap.store.files import StoreError, check_store, read_version, write_text_atomic
+from tracetap.store.location import StorePath
 from tracetap.store.paths import VERSION_FILE, session_of
 from tracetap.store.schema import SCHEMA_VERSION, STORED_COMPLETIONS
 from tracetap.store.snapshot import partitions, visible
@@ -70,11 +71,14 @@ def _sessions(root: Path) -> list[Path]:
     return [Path(directory) for directory in partitions(root, "completions")]
 
 
-def migrate_store(root: Path | str, dry_run: bool = False,
+def migrate_store(root: StorePath | str, dry_run: bool = False,
                   progress: Callable[[str, int], None] | None = None) -> Migration:
     """Rewrite every session not yet in the current layout, then bump VERSION; `progress(sid, rows)`
-    is called after each session. A dry run only counts."""
+    is called after each session. A dry run only counts. Local stores only: an object store is written
+    at the current version from its start."""
     root = check_store(root)
+    if not isinstance(root, Path):
+        raise StoreError(f"migrate rewrites a store on the local disk, not {root}")
     report = Migration(read_version(root) or SCHEMA_VERSION)
     with nullcontext() if dry_run else _exclusive(root):
         for directory in _sessions(root):

@@ -10,6 +10,9 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
+from typing import overload
+
+from tracetap.store.location import ObjectPath, StorePath, exists, list_names, store_path
 
 SESSION_ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
 LOOSE_NAME = re.compile(r"^(\d{8,})-(.+)\.parquet$")
@@ -48,20 +51,34 @@ def validate_filename(name: object) -> str:
     return _check_id(name, "file name")
 
 
-def _under(root: Path, *parts: str) -> Path:
+@overload
+def _under(root: Path, *parts: str) -> Path: ...
+@overload
+def _under(root: ObjectPath, *parts: str) -> ObjectPath: ...
+@overload
+def _under(root: StorePath, *parts: str) -> StorePath: ...
+def _under(root: StorePath, *parts: str) -> StorePath:
+    if isinstance(root, ObjectPath):
+        return root.joinpath(*parts)  # each part is checked to be one plain key part
     path = Path(root).joinpath(*parts)
     if not path.resolve().is_relative_to(Path(root).resolve()):
         raise InvalidSessionId(f"path {path} escapes the store root {root}")
     return path
 
 
-def session_of(directory: Path | str) -> tuple[Path, str]:
+def session_of(directory: StorePath | str) -> tuple[StorePath, str]:
     """(store root, session id) of a `completions/session_id=<sid>` directory."""
-    directory = Path(directory)
+    directory = store_path(directory)
     return directory.parent.parent, directory.name.removeprefix("session_id=")
 
 
-def session_dir(root: Path, table: str, sid: str, builder: str | None = None) -> Path:
+@overload
+def session_dir(root: Path, table: str, sid: str, builder: str | None = None) -> Path: ...
+@overload
+def session_dir(root: ObjectPath, table: str, sid: str, builder: str | None = None) -> ObjectPath: ...
+@overload
+def session_dir(root: StorePath, table: str, sid: str, builder: str | None = None) -> StorePath: ...
+def session_dir(root: StorePath, table: str, sid: str, builder: str | None = None) -> StorePath:
     """`<table>/session_id=<sid>` (trajectories: `trajectories/builder=<b>/session_id=<sid>`)."""
     part = f"session_id={validate_session_id(sid)}"
     if table == "trajectories":
@@ -87,37 +104,49 @@ def segment_name(writer_id: str, number: int) -> str:
     return f"{writer_id}-{number:06d}.jsonl"
 
 
-def log_segments(root: Path) -> list[Path]:
-    """The store's log segments, oldest first within each writer (temp and hidden names skipped)."""
-    directory = Path(root, LOG_DIR)
-    if not directory.is_dir():
+def _listed(directory: StorePath) -> list[str]:
+    """The sorted entry names of a directory, none when it is missing."""
+    try:
+        return sorted(list_names(directory))
+    except (FileNotFoundError, NotADirectoryError):
         return []
-    return sorted(p for p in directory.iterdir() if SEGMENT_NAME.match(p.name))
 
 
-def session_file(root: Path, sid: str) -> Path:
+def log_segments(root: StorePath | str) -> list[StorePath]:
+    """The store's log segments, oldest first within each writer (temp and hidden names skipped)."""
+    directory = store_path(root) / LOG_DIR
+    return [directory / name for name in _listed(directory) if SEGMENT_NAME.match(name)]
+
+
+def session_file(root: StorePath, sid: str) -> StorePath:
     return session_dir(root, "sessions", sid) / "session.parquet"
 
 
-def task_file(root: Path, task_id: str) -> Path:
+@overload
+def task_file(root: Path, task_id: str) -> Path: ...
+@overload
+def task_file(root: StorePath | str, task_id: str) -> StorePath: ...
+def task_file(root: StorePath | str, task_id: str) -> StorePath:
     """Where a rollout task's request and result live: `rollouts/task_id=<id>/task.json`."""
-    return _under(root, "rollouts", f"task_id={validate_name(task_id, 'task id')}", "task.json")
+    return _under(store_path(root), "rollouts", f"task_id={validate_name(task_id, 'task id')}", "task.json")
 
 
-def task_files(root: Path) -> list[Path]:
-    return sorted(Path(root, "rollouts").glob("task_id=*/task.json"))
+def task_files(root: StorePath | str) -> list[StorePath]:
+    rollouts = store_path(root) / "rollouts"
+    files = [rollouts / name / "task.json" for name in _listed(rollouts) if name.startswith("task_id=")]
+    return [path for path in files if exists(path)]
 
 
-def data_files(directory: Path | str) -> list[str]:
+def data_files(directory: StorePath | str) -> list[str]:
     """Complete data files in one partition directory (hidden and temp names skipped), sorted.
 
-    Paths as strings: readers list thousands of them per statement, and a string costs far less to
-    make than a Path (DuckDB and pyarrow take either)."""
+    Paths as strings (URLs on an object store): readers list thousands of them per statement, and a
+    string costs far less to make than a Path (DuckDB and pyarrow take either)."""
     try:
-        names = os.listdir(directory)
+        names = list_names(directory)
     except (FileNotFoundError, NotADirectoryError):
         return []
-    prefix = os.path.join(directory, "")
+    prefix = f"{directory}/"
     return [prefix + name for name in sorted(names) if name.endswith(".parquet") and not name.startswith(".")]
 
 
@@ -133,7 +162,7 @@ def part_covered(path: Path | str) -> int | None:
     return int(match.group(1)) if match else None
 
 
-def classify(directory: Path | str) -> tuple[dict[int, str], dict[int, str]]:
+def classify(directory: StorePath | str) -> tuple[dict[int, str], dict[int, str]]:
     """(part files by how many seqs they cover, per-completion files by seq) in one session directory."""
     parts, loose = {}, {}
     for path in data_files(directory):

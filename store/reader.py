@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Callable, Collection
-from pathlib import Path
 from typing import Protocol
 
 import pyarrow as pa
@@ -21,6 +20,7 @@ from tracetap.store.catalog import connect
 from tracetap.store.compaction import recorded_sessions
 from tracetap.store.connection import StoreConnection
 from tracetap.store.files import check_store, read_parquet
+from tracetap.store.location import StorePath, exists, is_dir, read_bytes
 from tracetap.store.log_reading import logged_sessions
 from tracetap.store.paths import task_file, task_files, validate_name, validate_session_id
 from tracetap.store.reading import read_completions, retrying
@@ -47,7 +47,7 @@ class Reader(Protocol):
     """What builders, exports, evaluators, replay and the CLI read through: the contract StoreReader
     meets, so code outside store/ depends on these methods and not on how a store lays out its files."""
 
-    root: Path
+    root: StorePath
 
     def session_ids(self) -> list[str]: ...
     def completions(self, session_id: str, columns: list[str] | None = None) -> pa.Table: ...
@@ -66,7 +66,7 @@ class Reader(Protocol):
 class StoreReader:
     """Read-only access to one store (checked to be a tracetap store when made)."""
 
-    def __init__(self, root: Path | str) -> None:
+    def __init__(self, root: StorePath | str) -> None:
         self.root = check_store(root)
 
     def session_ids(self) -> list[str]:
@@ -130,18 +130,18 @@ class StoreReader:
 
     def recorded(self, session_id: str) -> bool:
         """Whether the store holds completions of this session (without listing any other)."""
-        return (os.path.isdir(partitions(self.root, "completions", [session_id])[0])
+        return (is_dir(partitions(self.root, "completions", [session_id])[0])
                 or session_id in logged_sessions(self.root))
 
 
-def read_tasks(root: Path | str) -> dict[str, dict]:
+def read_tasks(root: StorePath | str) -> dict[str, dict]:
     """Every rollout task file's body (`rollouts/task_id=<id>/task.json`), by task id.
 
     Task files come before any call is recorded, so the store need not hold a VERSION yet."""
-    return {path.parent.name.removeprefix("task_id="): json.loads(path.read_text()) for path in task_files(Path(root))}
+    return {path.parent.name.removeprefix("task_id="): json.loads(read_bytes(path)) for path in task_files(root)}
 
 
-def read_task(root: Path | str, task_id: str) -> dict | None:
+def read_task(root: StorePath | str, task_id: str) -> dict | None:
     """One rollout task file's body, or None when the store has none for it."""
-    path = task_file(Path(root), task_id)
-    return json.loads(path.read_text()) if path.exists() else None
+    path = task_file(root, task_id)
+    return json.loads(read_bytes(path)) if exists(path) else None

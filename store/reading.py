@@ -14,12 +14,12 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Collection
-from pathlib import Path
 from typing import TypeVar
 
 import pyarrow as pa
 from tracetap.store.expansion import expand, inputs
 from tracetap.store.files import read_parquet
+from tracetap.store.location import StorePath, store_path
 from tracetap.store.log_reading import log_rows
 from tracetap.store.paths import session_of
 from tracetap.store.schema import COMPLETIONS, STORED_COMPLETIONS
@@ -59,11 +59,11 @@ def _by_session(logged: pa.Table, covered: dict[str, int]) -> dict[str, list[int
     return rows
 
 
-def _stored(root: Path, listed: Snapshot, session_ids: Collection[str] | None,
+def _stored(root: StorePath, listed: Snapshot, session_ids: Collection[str] | None,
             columns: list[str]) -> dict[str, pa.Table]:
     """Stored rows by session: each session's listed files, then its visible log rows."""
     keys = list(dict.fromkeys(["session_id", "seq", *columns]))  # the rule needs them, the caller may not
-    logged = log_rows(root, columns=keys, segments=[Path(path) for path in listed.log], session_ids=session_ids)
+    logged = log_rows(root, columns=keys, segments=[store_path(path) for path in listed.log], session_ids=session_ids)
     in_log = _by_session(logged, listed.covered())
     logged = logged.select(columns)
     wanted = sorted(set(listed.completions) | set(in_log)) if session_ids is None else list(session_ids)
@@ -72,12 +72,12 @@ def _stored(root: Path, listed: Snapshot, session_ids: Collection[str] | None,
                                    logged.take(pa.array(in_log.get(sid, []), pa.int64()))]) for sid in wanted}
 
 
-def read_completions(root: Path | str, session_ids: Collection[str] | None = None,
+def read_completions(root: StorePath | str, session_ids: Collection[str] | None = None,
                      columns: list[str] | None = None) -> dict[str, pa.Table]:
     """Full completions rows in seq order, by session (every session with rows when `session_ids` is
     None), as of one snapshot, whatever compaction does meanwhile. `columns` may name compact ones."""
     wanted = columns if columns is not None else COMPLETIONS.names
-    root = Path(root)
+    root = store_path(root)
 
     def read() -> dict[str, pa.Table]:
         return _stored(root, snapshot(root, ["completions"], session_ids), session_ids, inputs(wanted))
@@ -85,7 +85,7 @@ def read_completions(root: Path | str, session_ids: Collection[str] | None = Non
     return {sid: expand(table, wanted) for sid, table in retrying(read).items()}
 
 
-def read_session(directory: Path | str, columns: list[str] | None = None) -> pa.Table:
+def read_session(directory: StorePath | str, columns: list[str] | None = None) -> pa.Table:
     """One session's completions (its `completions/session_id=<sid>` directory), see read_completions."""
     root, sid = session_of(directory)
     return read_completions(root, [sid], columns)[sid]

@@ -25,8 +25,8 @@ import os
 import time
 from collections.abc import Collection, Iterable
 from dataclasses import dataclass, field
-from pathlib import Path
 
+from tracetap.store.location import StorePath, exists, list_names, store_path
 from tracetap.store.paths import (
     SESSION_ID_PATTERN,
     TABLE_DEPTH,
@@ -77,7 +77,7 @@ class Snapshot:
         return {sid: listed.covered for sid, listed in self.completions.items()}
 
 
-def visible(directory: Path | str) -> SessionFiles:
+def visible(directory: StorePath | str) -> SessionFiles:
     """The rule above, on one listing of one completions directory."""
     parts, loose = classify(directory)
     covered = max(parts, default=0)
@@ -94,10 +94,10 @@ def _without_hole(files: tuple[str, ...]) -> bool:
 
 def _settled(listed: SessionFiles) -> bool:
     """Whether a listing is whole: nothing it shows was deleted since, and its seqs have no hole."""
-    return all(map(os.path.exists, listed.files)) and _without_hole(listed.files)
+    return all(map(exists, listed.files)) and _without_hole(listed.files)
 
 
-def session_files(directory: Path | str) -> SessionFiles:
+def session_files(directory: StorePath | str) -> SessionFiles:
     """The files to read for one completions directory, from a listing that did not race compaction."""
     listed = visible(directory)
     for attempt in range(LISTINGS):
@@ -111,12 +111,12 @@ def session_files(directory: Path | str) -> SessionFiles:
     raise ListingRaced(f"{directory} changed during each of {LISTINGS} listings")
 
 
-def partitions(root: Path | str, table: str, session_ids: Collection[str] | None = None) -> list[str]:
+def partitions(root: StorePath | str, table: str, session_ids: Collection[str] | None = None) -> list[str]:
     """The `session_id=<sid>` directories of `table` (all, or those of `session_ids`), sorted."""
     if table not in TABLE_DEPTH:
         raise ValueError(f"unknown table {table!r}; tables: {', '.join(TABLE_DEPTH)}")
-    base = os.path.join(root, table)
-    parents = [os.path.join(base, name) for name in _names(base, "builder=")] if table == "trajectories" else [base]
+    base = f"{store_path(root)}/{table}"
+    parents = [f"{base}/{name}" for name in _names(base, "builder=")] if table == "trajectories" else [base]
     if session_ids is None:
         return [f"{parent}/{name}" for parent in parents for name in _names(parent, PARTITION)
                 if SESSION_ID_PATTERN.fullmatch(name.removeprefix(PARTITION))]
@@ -127,21 +127,21 @@ def partitions(root: Path | str, table: str, session_ids: Collection[str] | None
 def _names(directory: str, prefix: str) -> list[str]:
     """The sorted entry names in `directory` that start with `prefix` (none when it is missing)."""
     try:
-        return sorted(name for name in os.listdir(directory) if name.startswith(prefix))
+        return sorted(name for name in list_names(directory) if name.startswith(prefix))
     except FileNotFoundError:
         return []
 
 
-def _completions(root: Path, session_ids: Collection[str] | None) -> dict[str, SessionFiles]:
+def _completions(root: StorePath, session_ids: Collection[str] | None) -> dict[str, SessionFiles]:
     directories = partitions(root, "completions", session_ids)
     listed = {os.path.basename(path).removeprefix(PARTITION): session_files(path) for path in directories}
     return {sid: files for sid, files in listed.items() if files.files}
 
 
-def snapshot(root: Path | str, tables: Iterable[str] = tuple(TABLE_DEPTH),
+def snapshot(root: StorePath | str, tables: Iterable[str] = tuple(TABLE_DEPTH),
              session_ids: Collection[str] | None = None) -> Snapshot:
     """The files every reader of `tables` reads now (only `session_ids`' partitions when given)."""
-    root, tables = Path(root), list(tables)
+    root, tables = store_path(root), list(tables)
     # the log is listed first: a segment is deleted only after the parts that cover it are in place
     log = tuple(map(str, log_segments(root))) if "completions" in tables else ()
     others = {table: tuple(path for directory in partitions(root, table, session_ids)

@@ -6,10 +6,9 @@ which checks every row against the schema before anything touches the disk.
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pyarrow as pa
 from tracetap.store.files import storage_schema, write_parquet_atomic
+from tracetap.store.location import StorePath, store_path
 from tracetap.store.paths import session_dir, validate_filename, validate_session_id
 from tracetap.store.schema import STORED_TABLES, empty_row
 
@@ -47,14 +46,14 @@ def _misfit(rows: list[dict], table: str) -> str | None:
 
 
 def write_session_table(
-    root: Path | str,
+    root: StorePath | str,
     table: str,
     session_id: str,
     rows: list[dict],
     filename: str,
     *,
     builder: str | None = None,
-) -> Path:
+) -> StorePath:
     """Atomically (re)write one file of a session's `rewards` or `trajectories` partition.
 
     Paths: `rewards/session_id=<sid>/<filename>` and
@@ -64,7 +63,7 @@ def write_session_table(
     if table not in ("rewards", "trajectories"):
         raise ValueError(f"write_session_table writes rewards or trajectories, not {table!r}")
     sid = validate_session_id(session_id)
-    path = session_dir(Path(root), table, sid, builder) / validate_filename(filename)
+    path = session_dir(store_path(root), table, sid, builder) / validate_filename(filename)
     fixed = {"session_id": sid, **({"builder": builder} if table == "trajectories" else {})}
     for row in rows:
         clash = {k: row[k] for k in fixed if row.get(k) not in (None, fixed[k])}

@@ -15,6 +15,12 @@ after each call (it is derived: a writer opening the store recounts every row a 
 synchronously by register_session, close_session, flush and close. One writer process per store:
 a lock file enforces it.
 
+On an object store (`s3://bucket/prefix`, store/location.py) files are single PUTs and the log is one
+object per batch (store/commit_log.py), so gateways on several machines can share one store: there is
+no writer lock, each gateway records its own sessions (a session's seqs are assigned in one writer's
+memory, so one session must go through one gateway at a time), and one opening the store recovers every
+log object it finds (compacting a live gateway's rows too is safe: parts are named by what they cover).
+
 Memory stays bounded however many sessions a long-lived gateway sees: past `max_sessions` cached
 states, the least recently used ones whose summary row is on disk are compacted and dropped (a later
 call to such a session loads it again from disk, exactly as after a restart).
@@ -33,21 +39,14 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from itertools import islice
-from pathlib import Path
+from typing import IO
 
 from tracetap.store import compaction
 from tracetap.store.commit_log import SEGMENT_BYTES, CommitLog, encode_line
 from tracetap.store.compact_form import History, encode_row
-from tracetap.store.files import (
-    StoreError,
-    ensure_dir,
-    fsync_dir,
-    read_parquet,
-    read_version,
-    write_parquet_atomic,
-    write_text_atomic,
-)
+from tracetap.store.files import StoreError, read_parquet, read_version, write_parquet_atomic, write_text_atomic
 from tracetap.store.flusher import Flusher
+from tracetap.store.location import ObjectPath, StorePath, ensure_dir, exists, fsync_dir, remove, store_path
 from tracetap.store.log_reading import logged_sessions, segment_sessions
 from tracetap.store.paths import (
     LOG_DIR,
@@ -85,8 +84,8 @@ _RECOUNT_COLUMNS = ["status", "http_status", "prompt_tokens", "completion_tokens
 class _Session:
     """What the writer knows about one session; guarded by `lock`."""
 
-    directory: Path
-    path: Path
+    directory: StorePath
+    path: StorePath
     row: dict
     next_seq: int
     failures: dict = field(default_factory=dict)
@@ -151,24 +150,35 @@ def _apply(state: _Session, completion: dict) -> None:
     row["status"] = "open"
 
 
+def _segment_sessions(path: StorePath) -> dict[str, int]:
+    """{session: highest seq} of a retired segment; none when another writer sharing the store (an
+    object store) deleted it since the listing: its rows were covered."""
+    try:
+        return segment_sessions(path)
+    except FileNotFoundError:
+        return {}
+
+
 def _new_row(sid: str) -> dict:
     return {**empty_row(SESSIONS), "session_id": sid, "status": "open",
             "completions": 0, "prompt_tokens": 0, "completion_tokens": 0}
 
 
 class StoreWriter:
-    """Append-only writer for one store directory (created with its layout when missing)."""
+    """Append-only writer for one store (a directory, created with its layout when missing, or an object
+    store URL: see store/location.py and store/commit_log.py for what changes there)."""
 
-    def __init__(self, root: Path | str, max_sessions: int = MAX_SESSIONS,
+    def __init__(self, root: StorePath | str, max_sessions: int = MAX_SESSIONS,
                  segment_bytes: int = SEGMENT_BYTES) -> None:
-        self.root = Path(root)
+        self.root = store_path(root)
         self.max_sessions = max_sessions
         self._lock = threading.Lock()
         self._sessions: OrderedDict[str, _Session] = OrderedDict()  # least recently used first
+        self._closed = False
         self._owner = self._open_store()
         self._log = CommitLog(self.root / LOG_DIR, secrets.token_hex(8), segment_bytes)
         self._segments_lock = threading.Lock()
-        self._uncovered: dict[Path, dict[str, int]] = {}  # retired segment -> {session: highest seq} not in parts
+        self._uncovered: dict[StorePath, dict[str, int]] = {}  # retired segment -> {session: highest seq} not in parts
         self._flusher = Flusher(self._save_deferred, delay=SESSION_SAVE_DELAY)
         self._recover()
         self._reconcile()
@@ -178,7 +188,7 @@ class StoreWriter:
         """How many session states are in memory now."""
         return len(self._sessions)
 
-    def _open_store(self):
+    def _open_store(self) -> IO[str] | None:
         for table in (None, *TABLES):
             ensure_dir(self.root / table if table else self.root)
         version = read_version(self.root)
@@ -187,6 +197,8 @@ class StoreWriter:
         elif version < SCHEMA_VERSION:
             raise StoreError(f"store {self.root} has schema version {version}: run `tracetap migrate --store "
                              f"{self.root}` before recording into it (it stays readable as is)")
+        if isinstance(self.root, ObjectPath):
+            return None  # gateways on several machines share an object store, each with its own log
         owner = open(self.root / ".writer.lock", "a")
         try:
             fcntl.flock(owner, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -207,7 +219,7 @@ class StoreWriter:
         """Delete the retired log segments whose every row is in a part file. A segment seen retired
         for the first time has all its sessions checked; after that, only the `compacted` ones."""
         with self._segments_lock:
-            fresh = {path: segment_sessions(path) for path in log_segments(self.root)
+            fresh = {path: _segment_sessions(path) for path in log_segments(self.root)
                      if path not in self._uncovered and self._log.retired(path)}
             for sessions in fresh.values():
                 self._forget_covered(sessions, list(sessions))
@@ -216,7 +228,7 @@ class StoreWriter:
             self._uncovered.update(fresh)
             dropped = [path for path, sessions in self._uncovered.items() if not sessions]
             for path in dropped:
-                path.unlink(missing_ok=True)
+                remove(path)
                 del self._uncovered[path]
             if dropped:
                 fsync_dir(self.root / LOG_DIR)
@@ -233,13 +245,13 @@ class StoreWriter:
         Costs one listing and one row read per session; only stale rows are recounted."""
         for directory in partitions(self.root, "completions"):
             sid = session_of(directory)[1]
-            if self._saved_count(sid) != compaction.next_seq(Path(directory)):
+            if self._saved_count(sid) != compaction.next_seq(directory):
                 self._save(self._load(sid))  # recounts it; not cached (at most max_sessions are)
 
     def _saved_count(self, sid: str) -> int | None:
         """How many calls the session row on disk counts (None without a row)."""
         path = session_file(self.root, sid)
-        if not path.exists():
+        if not exists(path):
             return None
         return read_parquet([path], SESSIONS, ["completions"]).column("completions")[0].as_py()
 
@@ -251,7 +263,9 @@ class StoreWriter:
         """Write pending session rows and release the store (sessions stay open, nothing is lost)."""
         self._flusher.close()
         self._log.close()
-        self._owner.close()
+        self._closed = True
+        if self._owner is not None:
+            self._owner.close()
 
     def __enter__(self) -> StoreWriter:
         return self
@@ -291,7 +305,7 @@ class StoreWriter:
         registration, or a call or refusal counted under it."""
         with self._lock:
             state = self._sessions.get(validate_session_id(sid))
-        if state is not None or session_file(self.root, sid).exists():
+        if state is not None or exists(session_file(self.root, sid)):
             return True
         return compaction.next_seq(session_dir(self.root, "completions", sid)) > 0
 
@@ -364,7 +378,7 @@ class StoreWriter:
 
     def _state(self, sid: str) -> _Session:
         with self._lock:
-            if self._owner.closed:
+            if self._closed:
                 raise StoreError(f"the writer of {self.root} is closed")
             if sid not in self._sessions:
                 self._sessions[sid] = self._load(sid)
@@ -404,7 +418,7 @@ class StoreWriter:
         """Session state from disk; the summary is recounted when a crash left it behind."""
         directory = session_dir(self.root, "completions", sid)
         path = session_file(self.root, sid)
-        rows = read_parquet([path], SESSIONS).to_pylist() if path.exists() else []
+        rows = read_parquet([path], SESSIONS).to_pylist() if exists(path) else []
         state = _Session(directory, path, rows[0] if rows else _new_row(sid), compaction.next_seq(directory))
         state.failures = json.loads(state.row["upstream_failures_json"] or "{}")
         state.unrecorded = json.loads(state.row["unrecorded_json"] or "{}")

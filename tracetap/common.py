@@ -11,22 +11,49 @@ from pathlib import Path
 
 import click
 
-from tracetap.store import StoreError, check_store
+from tracetap.store import InvalidLocation, StoreError, StorePath, check_reachable, check_store, store_path
 
 MAX_CELL = 80
 
 
-def _check_store(ctx: click.Context, param: click.Parameter, value: Path) -> Path:
+class StoreLocation(click.ParamType):
+    """A store: a directory, or an object store URL such as s3://bucket/prefix (any fsspec protocol)."""
+
+    name = "DIR|URL"
+
+    def convert(self, value: object, param: click.Parameter | None, ctx: click.Context | None) -> StorePath:
+        if isinstance(value, Path):
+            return value
+        try:
+            return store_path(str(value))
+        except InvalidLocation as error:
+            self.fail(str(error), param, ctx)
+
+
+STORE = StoreLocation()
+
+
+def _check_store(ctx: click.Context, param: click.Parameter, value: StorePath) -> StorePath:
     try:
         return check_store(value)
     except StoreError as error:
         raise click.BadParameter(str(error), ctx, param) from None
 
 
+def reachable_store(ctx: click.Context, param: click.Parameter, value: StorePath) -> StorePath:
+    """Click callback for a store to write to: an object store's bucket must exist and answer."""
+    try:
+        check_reachable(value)
+    except InvalidLocation as error:
+        raise click.BadParameter(str(error), ctx, param) from None
+    return value
+
+
 def store_option(function):
-    """`--store DIR`, required, checked to be an existing tracetap store (it has a VERSION file)."""
-    return click.option("--store", required=True, type=click.Path(path_type=Path), callback=_check_store,
-                        help="Store directory (as given to `tracetap gateway --store`).")(function)
+    """`--store DIR|URL`, required, checked to be an existing tracetap store (it has a VERSION file)."""
+    return click.option("--store", required=True, type=STORE, callback=_check_store,
+                        help="Store directory or object store URL (as given to `tracetap gateway --store`)."
+                        )(function)
 
 
 def listen_address(ctx: click.Context, param: click.Parameter, value: str) -> tuple[str, int]:

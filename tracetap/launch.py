@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Self
 
 from tracetap.capture import READY_MARKER
+from tracetap.store import StorePath
 
 _DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # ignores *_PROXY in our own env
 
@@ -54,7 +55,7 @@ class ChildProcess:
 class GatewayProcess(ChildProcess):
     """A `tracetap gateway` child process; `url` is its root (OpenAI clients add /v1)."""
 
-    store: Path
+    store: StorePath
     port: int
     process: subprocess.Popen
     log_path: Path
@@ -92,12 +93,17 @@ def _post(url: str, body: dict | None) -> dict:
 
 
 
-def start_gateway(store: Path, *args: str, port: int | None = None, timeout: float = 120.0,
-                  env: dict | None = None) -> GatewayProcess:
-    """Run `tracetap gateway --store STORE ARGS...` and wait until it says it is ready."""
+def start_gateway(store: StorePath, *args: str, port: int | None = None, timeout: float = 120.0,
+                  env: dict | None = None, log_dir: Path | None = None) -> GatewayProcess:
+    """Run `tracetap gateway --store STORE ARGS...` and wait until it says it is ready. Its output goes
+    to `log_dir` (default: beside a local store; an object store needs one)."""
     port = port or free_port()
-    store.mkdir(parents=True, exist_ok=True)
-    log_path = store.parent / f"gateway-{port}.log"
+    if isinstance(store, Path):
+        store.mkdir(parents=True, exist_ok=True)
+        log_dir = log_dir or store.parent
+    if log_dir is None:
+        raise ValueError(f"a gateway over {store} needs a log_dir for its output")
+    log_path = log_dir / f"gateway-{port}.log"
     cmd = [sys.executable, "-m", "tracetap.cli", "gateway", "--store", str(store),
            "--listen", f"127.0.0.1:{port}", *args]
     log = open(log_path, "wb")  # noqa: SIM115 - the child owns it for its lifetime

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import json
 import sys
-from pathlib import Path
 
 import click
+
+from tracetap.common import STORE
+from tracetap.store import StorePath
 
 BUILDER_NAMES = ("per_request", "prefix_merging")
 
@@ -33,8 +35,7 @@ def _by_kind(counts: dict[str, int]) -> str:
 
 
 @click.command("build")
-@click.option("--store", "store_dir", required=True, type=click.Path(file_okay=False, path_type=Path),
-              help="Store directory.")
+@click.option("--store", "store_dir", required=True, type=STORE, help="Store directory or object store URL.")
 @click.option("--builder", required=True, type=click.Choice(BUILDER_NAMES),
               help="per_request: one trace per call; prefix_merging: one trace per chain segment.")
 @click.option("--session", "sessions", multiple=True, metavar="SID",
@@ -42,7 +43,7 @@ def _by_kind(counts: dict[str, int]) -> str:
 @click.option("--eot-id", type=click.IntRange(min=0), default=None,
               help="End-of-turn token id (default: detected from naturally stopped calls).")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary (with per-session stats) as JSON.")
-def command(store_dir: Path, builder: str, sessions: tuple[str, ...], eot_id: int | None,
+def command(store_dir: StorePath, builder: str, sessions: tuple[str, ...], eot_id: int | None,
             as_json: bool) -> None:
     """Build trajectories into STORE/trajectories/builder=<name>/.
 

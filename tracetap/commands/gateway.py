@@ -4,18 +4,21 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
-from tracetap.common import listen_address
+from tracetap.common import STORE, listen_address, reachable_store
 
 LOCAL = "local"
 
+if TYPE_CHECKING:
+    from tracetap.store import StorePath
+
 
 @click.command("gateway")
-@click.option("--store", required=True, type=click.Path(file_okay=False, path_type=Path),
-              help="Store directory (created when missing).")
+@click.option("--store", required=True, type=STORE, callback=reachable_store,
+              help="Store directory (created when missing), or an object store URL such as s3://bucket/prefix.")
 @click.option("--listen", default="127.0.0.1:8787", show_default=True, callback=listen_address,
               help="HOST:PORT to serve on (port 0 picks a free one).")
 @click.option("--upstream", default=LOCAL, show_default=True,
@@ -68,7 +71,7 @@ LOCAL = "local"
 @click.option("--redact-key", "redact_keys", multiple=True, metavar="NAME",
               help="Another key name whose values are secrets, masked in the store and never sent upstream "
                    "(any spelling: camelCase, snake_case, kebab-case; repeatable).")
-def command(store: Path, listen: tuple[str, int], upstream: str, upstream_kind: str, served_model: str | None,
+def command(store: StorePath, listen: tuple[str, int], upstream: str, upstream_kind: str, served_model: str | None,
             script: Path | None, max_model_len: int, timeout: float, max_body: int | None, idle_compact: float,
             replay: Path | None, replay_session: str | None, replay_miss: str, replay_ignore: tuple[str, ...],
             redact_keys: tuple[str, ...], mode: str, provider_hosts: tuple[str, ...],
@@ -105,7 +108,7 @@ def command(store: Path, listen: tuple[str, int], upstream: str, upstream_kind: 
             engine.stop()
 
 
-def _replay_options(store: Path, replay: Path | None, session: str | None, miss: str,
+def _replay_options(store: StorePath, replay: Path | None, session: str | None, miss: str,
                     ignore: tuple[str, ...]) -> dict[str, Any]:
     """The gateway's replay settings (none without --replay), checked before anything starts."""
     from tracetap.capture.replay_match import check_ignore_path
@@ -115,7 +118,7 @@ def _replay_options(store: Path, replay: Path | None, session: str | None, miss:
         if session or ignore:
             raise click.UsageError("--replay-session and --replay-ignore need --replay STORE")
         return {}
-    if replay.resolve() == store.resolve():
+    if isinstance(store, Path) and replay.resolve() == store.resolve():
         raise click.UsageError("--replay must name another store than --store: replayed calls of a session are "
                                "recorded under the same session id and would change the files being replayed")
     try:
@@ -181,7 +184,7 @@ def _start_engine(script: Path | None, served_model: str | None, max_model_len: 
         raise click.BadParameter(str(exc), param_hint="--script") from None
 
 
-def _announce(host: str, port: int, store: Path, upstream: str, kind: str, replay: Path | None = None,
+def _announce(host: str, port: int, store: StorePath, upstream: str, kind: str, replay: Path | None = None,
               proxy=None) -> None:
     from tracetap.capture.proxy import announce
 

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import click
 
-from tracetap.common import echo_json, echo_table, key_value_pairs
+from tracetap.common import STORE, echo_json, echo_table, key_value_pairs
+from tracetap.store import StorePath
 
 
 def _list(as_json: bool) -> None:
@@ -25,12 +24,12 @@ def _list(as_json: bool) -> None:
 
 @click.command()
 @click.argument("name", required=False)
-@click.option("--store", type=click.Path(path_type=Path), help="Store directory (required unless --list).")
+@click.option("--store", type=STORE, help="Store directory or object store URL (required unless --list).")
 @click.option("--param", "params", multiple=True, metavar="KEY=VALUE", callback=key_value_pairs,
               help="Query parameter (see --list for each query's parameters and defaults). Repeatable.")
 @click.option("--list", "list_queries", is_flag=True, help="List the named queries and their parameters.")
 @click.option("--json", "as_json", is_flag=True, help="Print rows as JSON.")
-def command(name: str | None, store: Path | None, params: dict, list_queries: bool, as_json: bool) -> None:
+def command(name: str | None, store: StorePath | None, params: dict, list_queries: bool, as_json: bool) -> None:
     """Run the named query NAME (queries/NAME.sql), or list them with --list.
 
     Example: tracetap query --store runs tool_calls_by_tool --param limit=10
