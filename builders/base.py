@@ -31,6 +31,7 @@ class Call:
     logprobs: np.ndarray | None  # aligned with `sampled`, else None
     finish_reason: str | None
     empty_truncation: bool  # cut at `length` with no text or tool call for the harness to keep
+    policy_version: str | None = None  # the weights that sampled it, when known
 
 
 def _aligned_logprobs(row: dict, sampled: np.ndarray) -> np.ndarray | None:
@@ -61,6 +62,7 @@ def to_call(row: dict) -> Call | None:
         sampled=sampled, logprobs=_aligned_logprobs(row, sampled),
         finish_reason=row.get("finish_reason"),
         empty_truncation=row.get("finish_reason") == "length" and not _visible(row, sampled),
+        policy_version=row.get("policy_version"),
     )
 
 
@@ -106,7 +108,8 @@ def trace_row(builder: str, prompt: np.ndarray, parts: list[tuple[np.ndarray, Ca
     Each part is `(tokens, call)`: `call` set means the tokens are that call's sampled ids (mask 1,
     its logprobs); None means interstitial context (mask 0, logprob 0.0). Logprobs are null for the
     whole trace when any sampled part lacks aligned ones. `metadata["spans"]` records where each
-    call's sampled ids sit in the response.
+    call's sampled ids sit in the response and which policy version sampled them; `policy_versions`
+    lists the versions in the order they appear.
     """
     chunks, masks, logprobs, spans = [], [], [], []
     aligned, offset = True, 0
@@ -114,7 +117,8 @@ def trace_row(builder: str, prompt: np.ndarray, parts: list[tuple[np.ndarray, Ca
         chunks.append(tokens)
         masks.append(np.full(len(tokens), 1 if call else 0, dtype=np.int8))
         if call is not None:
-            spans.append({"completion_id": call.completion_id, "start": offset, "length": len(tokens)})
+            spans.append({"completion_id": call.completion_id, "start": offset, "length": len(tokens),
+                          "policy_version": call.policy_version})
             aligned = aligned and call.logprobs is not None
         logprobs.append(call.logprobs if call is not None and call.logprobs is not None
                         else np.zeros(len(tokens), dtype=np.float32))
@@ -128,7 +132,8 @@ def trace_row(builder: str, prompt: np.ndarray, parts: list[tuple[np.ndarray, Ca
         "response_logprobs": _concat(logprobs, np.float32) if aligned else None,
         "status": status,
         "reward": None,
-        "metadata_json": json.dumps({**metadata, "spans": spans}),
+        "metadata_json": json.dumps({**metadata, "spans": spans, "policy_versions": list(dict.fromkeys(
+            span["policy_version"] for span in spans if span["policy_version"] is not None))}),
     }
 
 

@@ -2,14 +2,18 @@
 
 A session is not trainable when
 - a completion ended with `abort` (the engine cut it off, e.g. for a weight update);
-- its completions were sampled by more than one `policy_version` (mixed weights);
+- its completions were sampled by policy versions further apart than the session's `max_staleness`
+  (default 0: one version only; a rollout task's `max_staleness` reaches the builders through the
+  session row's metadata, which the node registers; versions that are not integers are never within
+  a staleness of each other);
 - its last upstream failure left it truncated: no ok completion came after it. A 4xx is a request
   the upstream rejected before generating anything (a context overflow): the turns before it are
   complete, so it does not count.
 A trace is also not trainable when its turns drifted in content (`content_drift`: the next prompt holds
 other text than the model sampled, so the trace would teach text the model no longer saw) or drifted
 in a way nobody could classify (`unclassified_drift`: no decode function given); see builders/drift.py.
-Failed calls are rows of `completions` (status upstream_error or timeout); the session row's
+Failed calls are rows of `completions` (status upstream_error, timeout, or aborted by a pause: the
+harness retries those, and only a last one with no ok call after it leaves the session truncated); the session row's
 `upstream_failures_json` (`{kind: count, last_at, last_kind}`, where `last_at` is the number of
 completions recorded when the failure happened) is used when those rows are not at hand.
 """
@@ -20,7 +24,7 @@ import json
 import re
 from collections.abc import Iterable
 
-FAILED = ("upstream_error", "timeout")
+FAILED = ("upstream_error", "timeout", "aborted")
 DRIFT_REASONS = {"content": "content_drift", "unknown": "unclassified_drift"}
 _HTTP_4XX = re.compile(r"^http_4\d\d$")
 
@@ -65,15 +69,34 @@ def truncated_by_failure(rows: list[dict], session: dict | None = None) -> bool:
 def not_trainable_reasons(rows: list[dict], session: dict | None = None) -> list[str]:
     """Why a session's traces must not be trained on; empty when they may be."""
     reasons = []
-    if any(row.get("finish_reason") == "abort" for row in rows):
+    if any(row.get("status") == "ok" and row.get("finish_reason") == "abort" for row in rows):
         reasons.append("aborted_completion")
     versions = {row["policy_version"] for row in rows
                 if row.get("status") == "ok" and row.get("policy_version") is not None}
-    if len(versions) > 1:
+    if not within_staleness(versions, max_staleness(session)):
         reasons.append("mixed_policy_versions")
     if truncated_by_failure(rows, session):
         reasons.append("truncated_by_upstream_failure")
     return reasons
+
+
+def max_staleness(session: dict | None) -> int:
+    """How many policy versions apart a session's calls may be: its metadata's `max_staleness`, else 0."""
+    try:
+        value = json.loads((session or {}).get("metadata_json") or "{}").get("max_staleness", 0)
+    except (ValueError, AttributeError):
+        return 0
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
+
+
+def within_staleness(versions: set[str], staleness: int) -> bool:
+    """One version, or integer versions at most `staleness` apart."""
+    if len(versions) <= 1:
+        return True
+    if not all(version.lstrip("-").isdigit() for version in versions):
+        return False
+    numbers = [int(version) for version in versions]
+    return max(numbers) - min(numbers) <= staleness
 
 
 def drift_reasons(kinds: Iterable[str]) -> list[str]:

@@ -145,6 +145,7 @@ class TaskRequest(_Strict):
     runtime: RuntimeSpec = Field(default_factory=RuntimeSpec)
     agent: AgentSpec
     builder: str = "per_request"
+    max_staleness: int = Field(0, ge=0)  # policy versions a session's calls may span and stay trainable
     evaluator: EvaluatorSpec | None = None
     callback_url: AnyHttpUrl | None = None
     metadata: dict[str, Any] = Field(default_factory=dict)

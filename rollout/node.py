@@ -248,7 +248,8 @@ class GatewayNode:
         """What the sessions row carries: the host workspace (the evaluator runs there) and provenance."""
         layout = runtime.layout
         workspace = Path(runtime.session_dir) / Path(layout.workspace).relative_to(layout.root)
-        metadata = {"workspace": str(workspace), "sample_index": run.ctx.sample_index, "node_id": self.id}
+        metadata = {"workspace": str(workspace), "sample_index": run.ctx.sample_index, "node_id": self.id,
+                    "max_staleness": run.task.max_staleness}  # the builders' trainability rule reads it
         return {**metadata, "task_metadata": run.task.metadata} if run.task.metadata else metadata
 
     async def _prepare_runtime(self, run: SessionRun, runtime: Runtime) -> None:

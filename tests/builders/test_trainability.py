@@ -16,6 +16,10 @@ def session(**failures) -> dict:
     return {"upstream_failures_json": json.dumps(failures)}
 
 
+def staleness(versions: int) -> dict:
+    return {"metadata_json": json.dumps({"max_staleness": versions})}
+
+
 @pytest.mark.parametrize(("rows", "session_row", "expected"), [
     ([row(0), row(1)], None, []),
     ([row(0), row(1, finish_reason="abort")], None, ["aborted_completion"]),
@@ -36,6 +40,14 @@ def session(**failures) -> dict:
     ([row(0)], session(http_400=1, timeout=1, last_at=3), ["truncated_by_upstream_failure"]),
     ([row(0)], session(http_400=1, last_at=2), []),
     ([row(0)], {"upstream_failures_json": None}, []),
+    # a pause aborted a call the harness retried: left out, not untrainable; a last one truncates
+    ([row(0), row(1, "aborted", 503, finish_reason="abort"), row(2)], None, []),
+    ([row(0), row(1, "aborted", 503, finish_reason="abort")], None, ["truncated_by_upstream_failure"]),
+    # the session's max_staleness (from its metadata): integer versions that far apart are fine
+    ([row(0, policy_version="1"), row(1, policy_version="2")], staleness(1), []),
+    ([row(0, policy_version="1"), row(1, policy_version="3")], staleness(1), ["mixed_policy_versions"]),
+    ([row(0, policy_version="1"), row(1, policy_version="2")], staleness(0), ["mixed_policy_versions"]),
+    ([row(0, policy_version="a"), row(1, policy_version="b")], staleness(5), ["mixed_policy_versions"]),
 ])
 def test_not_trainable_reasons(rows, session_row, expected):
     assert not_trainable_reasons(rows, session_row) == expected

@@ -3,6 +3,9 @@ version, calls in flight finishing or aborted, new calls waiting or answered 503
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 import threading
 import time
 
@@ -11,6 +14,7 @@ import live
 import openai
 import pytest
 from tracetap.capture.admin import Refused, control_for
+from tracetap.store import StoreReader
 
 UPSTREAM_SECONDS = 1.5
 MESSAGES = [{"role": "user", "content": "hi"}]
@@ -165,3 +169,23 @@ def wait_for_token(gw, key: str, value: int) -> None:
     while admin(gw, "status", token=TOKEN).json()[key] != value:
         assert time.monotonic() < deadline
         time.sleep(0.05)
+
+
+@pytest.mark.parametrize(("staleness", "status"), [(1, "ok"), (0, "not_trainable")])
+def test_a_session_across_a_weight_update_is_trainable_within_its_max_staleness(stub, tmp_path, staleness, status):
+    sid = f"sk-tap-span-{staleness}"
+    with live.start_gateway(tmp_path / "store", "--upstream", stub.url, "--policy-version", "1") as gw:
+        httpx.post(f"{gw.url}/sessions", json={"session_id": sid, "metadata": {"max_staleness": staleness}})
+        client = openai.OpenAI(base_url=f"{gw.url}/v1", api_key=sid, max_retries=0)
+        client.chat.completions.create(model="m", messages=MESSAGES)
+        admin(gw, "pause")
+        admin(gw, "resume", {"policy_version": 2})
+        client.chat.completions.create(model="m", messages=MESSAGES)
+        gw.close_session(sid)
+    done = subprocess.run([sys.executable, "-m", "tracetap.cli", "build", "--store", str(tmp_path / "store"),
+                           "--builder", "per_request"], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    traces = StoreReader(tmp_path / "store").trajectories("per_request").to_pylist()
+    assert {trace["status"] for trace in traces} == {status}
+    spans = [json.loads(trace["metadata_json"])["spans"] for trace in traces]
+    assert [[span["policy_version"] for span in trace_spans] for trace_spans in spans] == [["1"], ["2"]]
