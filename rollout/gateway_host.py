@@ -7,12 +7,16 @@ harness runs, `POST /sessions/{id}/close` compacts the session once the harness 
 from __future__ import annotations
 
 import asyncio
+import os
 from collections.abc import Sequence
 from pathlib import Path
 
 import httpx
+from tracetap.rollout.node_api import GatewayAnswer
 
 from tracetap.launch import GatewayProcess, start_gateway
+
+ADMIN_ACTIONS = ("pause", "resume", "status")
 
 REQUEST_TIMEOUT = 60.0  # closing compacts the session's files: allow for a large session
 
@@ -54,11 +58,24 @@ class GatewayHost:
             raise GatewayError(f"the gateway could not close {session_id}: {reply.status_code} {reply.text}")
         return reply.json()["calls"] > 0
 
+    async def admin(self, action: str, body: dict | None) -> GatewayAnswer:
+        """A fencing call to the gateway (`$TRACETAP_CONTROL_TOKEN` as its token when set)."""
+        if action not in ADMIN_ACTIONS:
+            raise ValueError(f"admin action must be one of {ADMIN_ACTIONS}")
+        token = os.environ.get("TRACETAP_CONTROL_TOKEN")
+        headers = {"authorization": f"Bearer {token}"} if token else {}
+        method = "GET" if action == "status" else "POST"
+        reply = await self._send(method, f"/admin/{action}", body, headers)
+        return GatewayAnswer(str(self.url), reply.status_code, reply.json())
+
     async def _post(self, path: str, body: dict | None) -> httpx.Response:
+        return await self._send("POST", path, body)
+
+    async def _send(self, method: str, path: str, body: dict | None, headers: dict | None = None) -> httpx.Response:
         if self._client is None:
             raise GatewayError("the gateway host is not started")
         try:
-            return await self._client.post(path, json=body)
+            return await self._client.request(method, path, json=body, headers=headers)
         except httpx.HTTPError as exc:
             raise GatewayError(f"the gateway at {self.url} is unreachable: {exc}") from exc
 

@@ -37,7 +37,7 @@ from tracetap.rollout.models import (
     SessionStatus,
     TaskRequest,
 )
-from tracetap.rollout.node_api import NodeStats
+from tracetap.rollout.node_api import GatewayAnswer, NodeStats
 from tracetap.rollout.runtimes import NodeRuntimes, RuntimeUnavailable
 from tracetap.rollout.runtimes.base import ExecResult, Runtime
 from tracetap.rollout.session_run import SessionRun, Stage, StageFailure
@@ -97,6 +97,10 @@ class GatewayNode:
 
     async def node_id(self) -> str:
         return self.id
+
+    async def gateway_admin(self, action: str, body: dict | None) -> GatewayAnswer:
+        await self.start()
+        return await self.gateway.admin(action, body)
 
     async def start(self) -> str:
         """Start the gateway (unless given one) and the stage workers; idempotent. Returns the gateway URL."""

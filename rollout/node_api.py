@@ -7,6 +7,7 @@ result is already persisted by then); a node that dies surfaces as an exception 
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Protocol
 
 from pydantic import BaseModel
@@ -36,6 +37,15 @@ class NodeStats(BaseModel):
         return self.max_init_workers + 2 * self.max_run_workers + self.max_postrun_workers
 
 
+@dataclass(frozen=True)
+class GatewayAnswer:
+    """What a node's gateway answered an admin call: several nodes may share one gateway (`url`)."""
+
+    url: str
+    status: int
+    body: dict
+
+
 class Node(Protocol):
     async def node_id(self) -> str: ...
 
@@ -49,6 +59,9 @@ class Node(Protocol):
         """The status of every session this node holds that has not ended."""
 
     async def stats(self) -> NodeStats: ...
+
+    async def gateway_admin(self, action: str, body: dict | None) -> GatewayAnswer:
+        """Send a fencing call (`pause`, `resume`, `status`) to the node's gateway; its URL and answer."""
 
     async def shutdown(self) -> None:
         """Cancel what runs, stop the node's gateway; idempotent."""

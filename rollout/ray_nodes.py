@@ -26,7 +26,7 @@ from ray.actor import ActorHandle
 from ray.exceptions import RayActorError
 from tracetap.rollout.models import SessionContext, SessionResult, SessionStatus
 from tracetap.rollout.node import GatewayNode, NodeConfig
-from tracetap.rollout.node_api import NodeLost, NodeStats, SessionNotStarted
+from tracetap.rollout.node_api import GatewayAnswer, NodeLost, NodeStats, SessionNotStarted
 from tracetap.rollout.runtimes.local import KILL_GRACE_SECONDS
 from tracetap.rollout.runtimes.processes import GROUPS_FILE, POLL_SECONDS, end_recorded_groups, is_alive
 
@@ -131,6 +131,9 @@ class RayNode:
 
     async def stats(self) -> NodeStats:
         return await self._call(send(self.actor, NodeActor.stats), ANSWER_SECONDS)
+
+    async def gateway_admin(self, action: str, body: dict | None) -> GatewayAnswer:
+        return await self._call(send(self.actor, NodeActor.gateway_admin, action, body), ANSWER_SECONDS)
 
     async def shutdown(self) -> None:
         """Shut the node down cleanly, then end its actor (its worker process)."""

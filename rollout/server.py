@@ -1,6 +1,7 @@
 """The rollout server's HTTP face (FastAPI): routes only; RolloutManager does the work.
 
-Our routes (`/tasks`, `/sessions/{id}`, `/status`, `/tasks/{id}/samples`) and the reference system's
+Our routes (`/tasks`, `/sessions/{id}`, `/status`, `/tasks/{id}/samples`, `/admin/pause|resume|status` for
+every node's gateway) and the reference system's
 (`/rollout/task/submit`, `/rollout/task/{id}`, `/rollout/status`). A TaskRequest that does not
 validate is a 422 naming the field; a task id still running is a 409; neither creates anything.
 `BackgroundServer` runs the app under uvicorn on its own thread (the CLI, the demo and the tests).
@@ -20,11 +21,12 @@ from typing import Annotated, Any
 import uvicorn
 from fastapi import Body, FastAPI, HTTPException, Query
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import FileResponse
+from fastapi.responses import FileResponse, JSONResponse
 from pydantic import ValidationError
 from starlette.background import BackgroundTask
 from tracetap.builders.exports import ExportError, export
 from tracetap.rollout.callbacks import DEFAULT_RETRY, RetryPolicy
+from tracetap.rollout.gateway_host import GatewayError
 from tracetap.rollout.manager import RolloutManager, TaskConflict, UnknownTask
 from tracetap.rollout.models import TaskRequest, TaskResult
 from tracetap.rollout.node_api import Node
@@ -54,7 +56,37 @@ def create_app(store: Path, make_nodes: NodeFactory, callback_policy: RetryPolic
     _task_routes(app)
     _query_routes(app, store)
     _reference_routes(app, store)
+    _admin_routes(app)
     return app
+
+
+def _admin_routes(app: FastAPI) -> None:
+    """A trainer's fence for the whole fleet: each call goes to every node's gateway."""
+
+    @app.post("/admin/pause")
+    async def pause(body: Annotated[dict | None, Body()] = None) -> JSONResponse:
+        return await _to_gateways(app, "pause", body)
+
+    @app.post("/admin/resume")
+    async def resume(body: Annotated[dict | None, Body()] = None) -> JSONResponse:
+        return await _to_gateways(app, "resume", body)
+
+    @app.get("/admin/status")
+    async def admin_status() -> JSONResponse:
+        return await _to_gateways(app, "status", None)
+
+
+async def _to_gateways(app: FastAPI, action: str, body: dict | None) -> JSONResponse:
+    """`{gateways: {url: answer}}` with the worst status any gateway answered. Nodes sharing a gateway ask it
+    more than once: pausing, resuming and asking are idempotent."""
+    nodes = _manager(app).pool.nodes.values()
+    try:
+        answers = await asyncio.gather(*(node.gateway_admin(action, body) for node in nodes))
+    except GatewayError as exc:
+        raise HTTPException(502, str(exc)) from None
+    by_url = {answer.url: answer for answer in answers}
+    status = max(answer.status for answer in by_url.values())
+    return JSONResponse({"gateways": {url: answer.body for url, answer in by_url.items()}}, status_code=status)
 
 
 def _manager(app: FastAPI) -> RolloutManager:
