@@ -16,6 +16,7 @@ from pathlib import Path
 from mitmproxy import ctx, http
 from tracetap.capture.admin import control_for
 from tracetap.capture.content_coding import too_large
+from tracetap.capture.engine_pool import EnginePool
 from tracetap.capture.fence import Fence
 from tracetap.capture.redact import Redactor
 from tracetap.capture.replay import RecordedStore, ReplayUpstream
@@ -32,6 +33,7 @@ PASSED = "tracetap_passed"  # flow metadata: proxy mode lets this flow through, 
 class Settings:
     store: StorePath
     upstream: str
+    pool: tuple[str, ...] = ()  # more engines: with `upstream`, a pool (capture/engine_pool.py)
     upstream_kind: str = "vllm"
     served_model: str | None = None
     timeout: float = 600.0
@@ -58,6 +60,7 @@ class Gateway:
     def load(self, loader) -> None:
         loader.add_option("tracetap_store", str, "", "Store directory the gateway records into.")
         loader.add_option("tracetap_upstream", str, "", "Base URL of the upstream engine.")
+        loader.add_option("tracetap_pool", Sequence[str], [], "More engines' base URLs: a pool with the first.")
         loader.add_option("tracetap_upstream_kind", str, "vllm", "Upstream kind: vllm | sglang.")
         loader.add_option("tracetap_served_model", str, "", "Served model name (else asked upstream).")
         loader.add_option("tracetap_timeout", float, 600.0, "Seconds to wait for one upstream answer.")
@@ -79,7 +82,7 @@ class Gateway:
             return
         o = ctx.options
         self.settings = Settings(
-            store=store_path(o.tracetap_store), upstream=o.tracetap_upstream,
+            store=store_path(o.tracetap_store), upstream=o.tracetap_upstream, pool=tuple(o.tracetap_pool),
             upstream_kind=o.tracetap_upstream_kind, served_model=o.tracetap_served_model or None,
             timeout=o.tracetap_timeout,
             max_body=o.tracetap_max_body, compact_every=o.tracetap_compact_every,
@@ -95,14 +98,16 @@ class Gateway:
         if self.settings is None:
             raise RuntimeError("the tracetap gateway needs the tracetap_store option")
         s = self.settings
-        client = UpstreamClient(s.upstream, s.upstream_kind, s.timeout, s.served_model)
-        upstream: Upstream = client
+        clients = [UpstreamClient(url, s.upstream_kind, s.timeout, s.served_model) for url in (s.upstream, *s.pool)]
+        pool = EnginePool(clients) if len(clients) > 1 else None
+        upstream: Upstream = pool or clients[0]
         if s.replay is not None:
-            upstream = ReplayUpstream(RecordedStore(s.replay), client, s.replay_miss, s.replay_session,
+            upstream = ReplayUpstream(RecordedStore(s.replay), clients[0], s.replay_miss, s.replay_session,
                                       s.replay_ignore)
         self.service = GatewayService(StoreWriter(s.store), upstream, s.max_body, Redactor(s.redact_keys),
                                       Fence(s.policy_version, s.pause_wait),
-                                      control_for(ctx.options.listen_host, s.control_token), s.on_pause)
+                                      control_for(ctx.options.listen_host, s.control_token), s.on_pause,
+                                      pool.status if pool else None)
         await upstream.discover()
         compaction = self.service.compact_idle_forever(s.compact_every, s.idle_seconds)
         self._compaction = asyncio.create_task(compaction)

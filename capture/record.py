@@ -59,6 +59,7 @@ class Call:
     error: str | None = None
     upstream_body: object = None  # a failed call's upstream answer: its JSON value, or its text
     upstream_ms: float | None = None
+    engine: str | None = None  # base URL of the engine it was sent to
     labels: dict = field(default_factory=dict)  # task_id / policy_version (the caller's, else the gateway's)
     finish_reason: str | None = None  # set when the gateway ended the call itself (`abort`)
     harness_ids: dict = field(default_factory=dict)  # the harness's own session / sub-agent ids
@@ -74,7 +75,8 @@ def build_row(call: Call, capture_mode: str = "live", redactor: Redactor = DEFAU
         session_id=call.session_id, completion_id=call.completion_id, created_at=call.created_at,
         api=call.api, path=call.path, stream=call.stream, requested_model=call.requested_model,
         served_model=call.served_model, status=call.status, http_status=call.http_status,
-        error=call.error, upstream_ms=call.upstream_ms, gateway_ms=(time.perf_counter() - call.started) * 1000,
+        error=call.error, upstream_ms=call.upstream_ms, engine=call.engine,
+        gateway_ms=(time.perf_counter() - call.started) * 1000,
         **call.labels,
     )
     capture = call.capture if call.status in ANSWERED else None

@@ -17,7 +17,7 @@ import json
 import logging
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 
@@ -93,12 +93,13 @@ class GatewayService:
 
     def __init__(self, writer: StoreWriter, upstream: Upstream, max_body: int = MAX_BODY,
                  redactor: Redactor = DEFAULT, fence: Fence | None = None, control: admin.Control | None = None,
-                 on_pause: str = "finish"):
+                 on_pause: str = "finish", engines: Callable[[], dict] | None = None):
         self.writer = writer
         self.upstream = upstream
         self.fence = fence or Fence()
         self.control = control or admin.Control()
         self.on_pause = on_pause  # what a pause does to calls in flight unless it says: finish | abort
+        self.engines = engines  # per-engine counts of a pool of upstreams, for /admin/status
         self.max_body = max_body
         self.redactor = redactor
         self.registered: RecentSet[str] = RecentSet(MAX_REGISTERED)
@@ -238,7 +239,7 @@ class GatewayService:
             return await self._aborted(call, adapter, exc)
         kind = _UPSTREAM_KINDS.get(exc.kind, "upstream_unreachable")
         call.status = _FAILED_STATUS.get(exc.kind, "upstream_error")
-        call.metadata = exc.metadata
+        call.metadata, call.engine = exc.metadata, exc.engine
         call.http_status, call.error, call.upstream_body = exc.status, str(exc), exc.body
         call.chat_request = exc.request or call.chat_request
         call.response_body = adapter.error_body(exc.status, str(exc), kind)
@@ -327,7 +328,8 @@ class GatewayService:
             raise Reject(exc.status, str(exc), "invalid_request") from None
         except FieldError as exc:
             raise Reject(exc.status, str(exc)) from None
-        return Reply(200, dump_bytes(self.fence.status().to_json()))
+        engines = {"engines": self.engines()} if self.engines else {}
+        return Reply(200, dump_bytes({**self.fence.status().to_json(), **engines}))
 
     def _known_session(self, target: str | None) -> str:
         """The session an endpoint names: a 400 when it is no session id, a 404 when the store lacks it."""
@@ -402,7 +404,7 @@ def _translate(adapter: Adapter, data: dict, ctx: RequestContext) -> dict:
 def _answered(call: Call, result: UpstreamResult) -> None:
     """What the upstream's answer tells the record; problems make the call `degraded`."""
     call.chat_request, call.capture, call.upstream_ms = result.request, result.capture, result.ms
-    call.chat_request_json = result.request_json
+    call.chat_request_json, call.engine = result.request_json, result.engine
     call.served_model = result.body.get("model") or call.served_model
     call.metadata = result.metadata
     if result.capture.problems:

@@ -44,6 +44,7 @@ class UpstreamError(Exception):
         self.body = body  # the upstream's answer as it came (JSON value, or its text), kept in the record
         self.headers = headers or {}  # upstream headers to pass on to the caller (Retry-After)
         self.request: dict | None = None  # what was sent, when the call got that far
+        self.engine: str | None = None  # base URL of the engine it was sent to
         self.metadata: dict = {}  # added to the record's metadata_json (replay provenance)
 
 
@@ -73,6 +74,7 @@ class UpstreamResult:
     metadata: dict = field(default_factory=dict)  # added to the record's metadata_json (replay provenance)
     reply_as: tuple[str, int] | None = None  # (completion id, created) the reply shows; None: the call's own
     request_json: str | None = None  # `request` as the JSON text sent, when it was sent (stored as is)
+    engine: str | None = None  # base URL of the engine that answered
 
 
 class Upstream(Protocol):
@@ -312,11 +314,18 @@ class UpstreamClient:
             response = await self._post("/v1/chat/completions", text.encode("utf-8"), headers)
             result = _result(sent, response, self.kind)
         except UpstreamError as exc:
-            exc.request = sent
+            exc.request, exc.engine = sent, self.base_url
             raise
         result.ms = (time.perf_counter() - started) * 1000
-        result.request_json = text
+        result.request_json, result.engine = text, self.base_url
         return result
+
+    async def healthy(self) -> bool:
+        """Whether the engine answers `GET /health` with a 200 (vLLM and SGLang both serve it)."""
+        try:
+            return (await self._pool.request("GET", "/health", timeout=5.0)).status == 200
+        except (ConnectionError, TimeoutError):
+            return False
 
     async def tokenize(self, chat_request: dict) -> int:
         """Prompt length of a chat request, generation prompt included (vLLM `/tokenize`)."""

@@ -54,6 +54,7 @@ COMPLETIONS = pa.schema([
     _f("completion_tokens", pa.int32(), "sampled length in tokens"),
     _f("tool_calls", pa.list_(TOOL_CALL), "tool calls parsed from the completion"),
     _f("upstream_ms", pa.float64(), "time spent waiting for the upstream"),
+    _f("engine", pa.string(), "base URL of the upstream engine the call was sent to (one of a pool's)"),
     _f("gateway_ms", pa.float64(), "total time in the gateway, upstream included, until recorded"),
     _f("policy_version", pa.string(), "policy (weights) version that sampled this call, when known"),
     _f("metadata_json", pa.string(), "free-form metadata (headers that identify the harness, capture mode)"),

@@ -21,8 +21,11 @@ if TYPE_CHECKING:
               help="Store directory (created when missing), or an object store URL such as s3://bucket/prefix.")
 @click.option("--listen", default="127.0.0.1:8787", show_default=True, callback=listen_address,
               help="HOST:PORT to serve on (port 0 picks a free one).")
-@click.option("--upstream", default=LOCAL, show_default=True,
-              help="Engine base URL (vLLM/SGLang OpenAI server), or 'local' for the embedded engine.")
+@click.option("--upstream", "upstreams", multiple=True, default=(LOCAL,), show_default=True,
+              help="Engine base URL (vLLM/SGLang OpenAI server), or 'local' for the embedded engine. Repeat it "
+                   "for a pool of engines: each session sticks to one, new ones go to the least loaded.")
+@click.option("--upstream-file", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
+              help="A file of engine base URLs, one per line (# comments): a pool, like repeated --upstream.")
 @click.option("--upstream-kind", type=click.Choice(["vllm", "sglang"]), default="vllm", show_default=True)
 @click.option("--served-model", default=None, help="Model name the upstream serves (default: ask it).")
 @click.option("--script", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
@@ -71,7 +74,8 @@ if TYPE_CHECKING:
 @click.option("--redact-key", "redact_keys", multiple=True, metavar="NAME",
               help="Another key name whose values are secrets, masked in the store and never sent upstream "
                    "(any spelling: camelCase, snake_case, kebab-case; repeatable).")
-def command(store: StorePath, listen: tuple[str, int], upstream: str, upstream_kind: str, served_model: str | None,
+def command(store: StorePath, listen: tuple[str, int], upstreams: tuple[str, ...], upstream_file: Path | None,
+            upstream_kind: str, served_model: str | None,
             script: Path | None, max_model_len: int, timeout: float, max_body: int | None, idle_compact: float,
             replay: Path | None, replay_session: str | None, replay_miss: str, replay_ignore: tuple[str, ...],
             redact_keys: tuple[str, ...], mode: str, provider_hosts: tuple[str, ...],
@@ -89,8 +93,7 @@ def command(store: StorePath, listen: tuple[str, int], upstream: str, upstream_k
     from tracetap.capture.proxy import run_gateway
 
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    if script is not None and upstream != LOCAL:
-        raise click.UsageError("--script drives the embedded engine; it cannot be used with --upstream URL")
+    upstream, pool = _engines(upstreams, upstream_file, script, replay)
     replaying = _replay_options(store, replay, replay_session, replay_miss, replay_ignore)
     proxy = _proxy_policy(mode, provider_hosts, passed, proxy_session)
     proxied = {"proxy_session": proxy_session} if proxy_session else {}
@@ -102,10 +105,30 @@ def command(store: StorePath, listen: tuple[str, int], upstream: str, upstream_k
                     on_ready=lambda host, port: _announce(host, port, store, url, upstream_kind, replay, proxy),
                     timeout=timeout, idle_seconds=idle_compact, compact_every=_compact_every(idle_compact),
                     redact_keys=list(redact_keys), pause_wait=pause_wait, on_pause=on_pause,
-                    **_fence_options(policy_version, control_token), **limits, **replaying, **proxied)
+                    pool=pool, **_fence_options(policy_version, control_token), **limits, **replaying, **proxied)
     finally:
         if engine:
             engine.stop()
+
+
+def _engines(given: tuple[str, ...], listed: Path | None, script: Path | None,
+             replay: Path | None) -> tuple[str, list[str]]:
+    """(the first engine, the rest of the pool) from --upstream and --upstream-file, checked."""
+    urls = [url for url in given if not (listed and url == LOCAL)]
+    if listed is not None:
+        lines = (line.partition("#")[0].strip() for line in listed.read_text().splitlines())
+        urls += [line for line in lines if line]
+    if not urls:
+        raise click.UsageError("--upstream-file lists no engine")
+    if LOCAL in urls and len(urls) > 1:
+        raise click.UsageError("--upstream local (the embedded engine) cannot be part of a pool")
+    if len(set(urls)) != len(urls):
+        raise click.UsageError("an engine is listed twice")
+    if script is not None and urls != [LOCAL]:
+        raise click.UsageError("--script drives the embedded engine; it cannot be used with --upstream URL")
+    if replay is not None and len(urls) > 1:
+        raise click.UsageError("--replay forwards misses to one engine: give a single --upstream")
+    return urls[0], urls[1:]
 
 
 def _replay_options(store: StorePath, replay: Path | None, session: str | None, miss: str,
