@@ -66,11 +66,11 @@ class EngineProcess(ChildProcess):
     url: str = ""
 
 
-def start_engine(workdir: Path, script: Path | None = None, timeout: float = 180.0) -> EngineProcess:
-    """Run `tracetap engine` on a free port and wait until it serves."""
+def start_engine(workdir: Path, script: Path | None = None, timeout: float = 180.0, port: int = 0) -> EngineProcess:
+    """Run `tracetap engine` on `port` (0: a free one) and wait until it serves."""
     workdir.mkdir(parents=True, exist_ok=True)
     log_path = workdir / f"engine-{time.monotonic_ns()}.log"
-    cmd = [sys.executable, "-m", "tracetap.cli", "engine", "--listen", "127.0.0.1:0"]
+    cmd = [sys.executable, "-m", "tracetap.cli", "engine", "--listen", f"127.0.0.1:{port}"]
     cmd += ["--script", str(script)] if script else []
     with open(log_path, "wb") as log:
         process = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=dict(os.environ))

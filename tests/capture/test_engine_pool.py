@@ -7,6 +7,7 @@ import json
 import signal
 import subprocess
 import sys
+import time
 from collections import defaultdict
 
 import httpx
@@ -40,7 +41,7 @@ def engines_by_session(gw) -> dict[str, list[str]]:
     return seen
 
 
-def test_sessions_stick_to_one_engine_and_a_killed_engines_sessions_move(engines, tmp_path):
+def test_sessions_stick_to_one_engine_and_a_killed_engines_sessions_move_until_it_is_back(engines, tmp_path):
     first, second = engines
     urls = {"first": first.url, "second": second.url}
     with live.start_gateway(tmp_path / "store", "--upstream", urls["first"], "--upstream", urls["second"]) as gw:
@@ -55,14 +56,28 @@ def test_sessions_stick_to_one_engine_and_a_killed_engines_sessions_move(engines
         first.stop(signal.SIGKILL)  # its three sessions' next calls go to the second engine, none fails
         assert {call(gw, sid) for sid in sessions} == {"Done."}
         status = httpx.get(f"{gw.url}/admin/status", timeout=10).json()["engines"]
+        assert (status[urls["first"]]["healthy"], status[urls["second"]]["healthy"]) == (False, True)
         rows = live.store_rows(gw.store, "session_id LIKE 'sk-tap-pool-%'")
-    assert (status[urls["first"]]["healthy"], status[urls["second"]]["healthy"]) == (False, True)
+
+        port = int(urls["first"].rpartition(":")[2])
+        with live.start_engine(tmp_path / "a-again", live.write_script(tmp_path / "again.jsonl", SCRIPT), port=port):
+            wait_healthy(gw, urls["first"])
+            call(gw, "sk-tap-back-0")  # a new session: the engine back in service has the fewest sessions
+            [back] = live.store_rows(gw.store, "session_id = 'sk-tap-back-0'")
+    assert back["engine"] == urls["first"]
     assert all(row["status"] == "ok" for row in rows)
     moved = [row for row in rows if "engine_moved_from" in json.loads(row["metadata_json"])]
     assert sorted(row["session_id"] for row in moved) == sorted(s for s, seen in before.items()
                                                                 if seen[0] == urls["first"])
     assert {row["engine"] for row in moved} == {urls["second"]}
     assert {json.loads(row["metadata_json"])["engine_moved_from"] for row in moved} == {urls["first"]}
+
+
+def wait_healthy(gw, url: str) -> None:
+    deadline = time.monotonic() + 20
+    while not httpx.get(f"{gw.url}/admin/status", timeout=10).json()["engines"][url]["healthy"]:
+        assert time.monotonic() < deadline, "the health check did not put the engine back"
+        time.sleep(0.2)
 
 
 def test_a_pool_is_refused_with_the_embedded_engine_or_a_repeated_url(tmp_path):
