@@ -13,6 +13,8 @@ import live
 import openai
 import pyarrow.parquet as pq
 import pytest
+from google import genai
+from google.genai import types
 from tracetap.store import StoreReader, connect
 
 SCRIPT = [{"content": "All tests pass."}] * 8
@@ -33,9 +35,11 @@ def test_sessions_path_is_a_base_url_for_the_sdks(gw):
     assert chat.chat.completions.create(model="m", messages=[{"role": "user", "content": "go"}]).choices
     claude = anthropic.Anthropic(base_url=f"{gw.url}/sessions/posted-1", api_key="any-key", max_retries=0)
     assert claude.messages.create(model="m", max_tokens=32, messages=[{"role": "user", "content": "go"}]).content
+    gemini = genai.Client(api_key="any-key", http_options=types.HttpOptions(base_url=f"{gw.url}/sessions/posted-1"))
+    assert gemini.models.generate_content(model="gemini-2.5-flash", contents="go").text
     rows = live.store_rows(gw.store, "session_id = 'posted-1'")
     assert [(r["api"], json.loads(r["metadata_json"])["session_source"]) for r in rows] == [
-        ("openai_chat", "path"), ("anthropic_messages", "path")]
+        ("openai_chat", "path"), ("anthropic_messages", "path"), ("gemini", "path")]
 
 
 def test_a_posted_outcome_is_a_reward_row_and_closes_the_session(gw):
