@@ -30,6 +30,7 @@ import tempfile
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass
+from multiprocessing.process import BaseProcess
 from pathlib import Path
 
 from tracetap.capture.http1 import Pool
@@ -51,7 +52,8 @@ def upstream_body() -> bytes:
     return FIXTURE.read_bytes()
 
 
-async def _serve_client(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, body: bytes) -> None:
+async def _serve_client(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, body: bytes,
+                        delay: float = 0.0) -> None:
     head = (b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: "
             + str(len(body)).encode() + b"\r\n\r\n")
     try:
@@ -63,32 +65,45 @@ async def _serve_client(reader: asyncio.StreamReader, writer: asyncio.StreamWrit
                     length = int(line.split(b":")[1])
             if length:
                 await reader.readexactly(length)
+            if delay:
+                await asyncio.sleep(delay)  # an engine that takes its time (benchmarks/fleet.py)
             writer.write(head + body)
             await writer.drain()
     except (asyncio.IncompleteReadError, ConnectionError):
         writer.close()
 
 
-def serve_upstream(port: int) -> None:
-    """The fast upstream, forever (run in its own process so it never competes with the client's GIL)."""
+def serve_upstream(port: int, delay: float = 0.0) -> None:
+    """The fast upstream, forever (run in its own process so it never competes with the client's GIL);
+    `delay` seconds before each answer."""
     body = upstream_body()
 
     async def main() -> None:
-        server = await asyncio.start_server(lambda r, w: _serve_client(r, w, body), "127.0.0.1", port)
+        server = await asyncio.start_server(lambda r, w: _serve_client(r, w, body, delay), "127.0.0.1", port)
         async with server:
             await server.serve_forever()
 
     asyncio.run(main())
 
 
-@contextmanager
-def fast_upstream():
-    """The upstream's base URL while its process runs."""
-    port = free_port()
-    process = multiprocessing.get_context("spawn").Process(target=serve_upstream, args=(port,), daemon=True)
+def start_upstream(port: int, delay: float = 0.0) -> BaseProcess:
+    """The upstream's process on `port`, listening when this returns."""
+    process = multiprocessing.get_context("spawn").Process(target=serve_upstream, args=(port, delay), daemon=True)
     process.start()
     try:
         _wait_listening(port)
+    except BaseException:
+        process.terminate()
+        raise
+    return process
+
+
+@contextmanager
+def fast_upstream(delay: float = 0.0):
+    """The upstream's base URL while its process runs."""
+    port = free_port()
+    process = start_upstream(port, delay)
+    try:
         yield f"http://127.0.0.1:{port}"
     finally:
         process.terminate()
