@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 from tracetap.capture.redact import Redactor
-from tracetap.capture.registration import MAX_LABEL, FieldError, json_object
+from tracetap.capture.registration import MAX_LABEL, FieldError, json_object, object_field
 
 EVALUATOR = "posted"
 FIELDS = ("reward", "trace_rewards", "status", "details")
@@ -30,15 +30,9 @@ class Outcome:
 
 def parse_outcome(body: bytes) -> Outcome:
     """The checked outcome, or FieldError naming the field at fault."""
-    data = json_object(body)
-    unknown = sorted(set(data) - set(FIELDS))
-    if unknown:
-        raise FieldError(422, f"unknown field(s): {', '.join(unknown)}; known: {', '.join(FIELDS)}")
-    details = data.get("details") or {}
-    if not isinstance(details, dict):
-        raise FieldError(422, "details: must be a JSON object")
+    data = json_object(body, FIELDS)
     return Outcome(_number(data.get("reward"), "reward"), _trace_rewards(data.get("trace_rewards")),
-                   _status(data.get("status")), details)
+                   _status(data.get("status")), object_field(data, "details"))
 
 
 def reward_row(outcome: Outcome, redactor: Redactor) -> dict:

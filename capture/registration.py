@@ -8,6 +8,7 @@ service writes it with `StoreWriter.register_session` (the first non-empty task 
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from tracetap.store import InvalidSessionId, validate_session_id
@@ -35,25 +36,31 @@ class Registration:
 
 def parse_registration(body: bytes) -> Registration:
     """The checked registration, or FieldError naming the field at fault."""
-    data = json_object(body)
-    unknown = sorted(set(data) - set(FIELDS))
-    if unknown:
-        raise FieldError(422, f"unknown field(s): {', '.join(unknown)}; known: {', '.join(FIELDS)}")
-    metadata = data.get("metadata") or {}
-    if not isinstance(metadata, dict):
-        raise FieldError(422, "metadata must be a JSON object")
+    data = json_object(body, FIELDS)
     return Registration(_session_id(data.get("session_id")), _label(data, "task_id"), _label(data, "harness"),
-                        metadata)
+                        object_field(data, "metadata"))
 
 
-def json_object(body: bytes) -> dict:
+def json_object(body: bytes, known: Sequence[str]) -> dict:
+    """The body as a JSON object holding only `known` fields; FieldError (400 or 422) otherwise."""
     try:
         data = json.loads(body)
     except (ValueError, UnicodeDecodeError) as exc:
         raise FieldError(400, f"request body is not valid JSON: {exc}") from None
     if not isinstance(data, dict):
         raise FieldError(400, "request body must be a JSON object")
+    unknown = sorted(set(data) - set(known))
+    if unknown:
+        raise FieldError(422, f"unknown field(s): {', '.join(unknown)}; known: {', '.join(known)}")
     return data
+
+
+def object_field(data: dict, name: str) -> dict:
+    """An optional field that must be a JSON object ({} when absent or null)."""
+    value = data.get(name) or {}
+    if not isinstance(value, dict):
+        raise FieldError(422, f"{name}: must be a JSON object")
+    return value
 
 
 def _session_id(value: object) -> str:
