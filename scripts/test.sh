@@ -35,3 +35,4 @@ TRACETAP_TEST_STORE_FORM=v1-migrated "$VENV/bin/python" -m pytest -q $READ_SIDE
     tests/rollout/test_docker_evaluators.py tests/tracetap/test_demo.py
 "$VENV/bin/python" -m pytest -q -m podman tests/rollout/test_podman_runtime.py
 "$VENV/bin/python" -m pytest -q -m ray tests/rollout/test_ray.py
+"$VENV/bin/python" -m pytest -q -m vllm tests/vllm  # a real vLLM (CPU) behind the gateway; installs its venv once
