@@ -12,6 +12,7 @@ import shutil
 import signal
 import subprocess
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -75,10 +76,16 @@ class VllmServer:
 
     def tokenize(self, body: dict) -> list[int]:
         """vLLM's own `POST /tokenize` of a chat or prompt body."""
-        answer = httpx.post(f"{self.url}/tokenize", json={"model": SERVED_NAME, **body}, timeout=60,
-                            trust_env=False)
+        return self._post("/tokenize", body)["tokens"]
+
+    def detokenize(self, ids: Sequence[int]) -> str:
+        """vLLM's own `POST /detokenize`: the served tokenizer's text for `ids` (special tokens kept)."""
+        return self._post("/detokenize", {"tokens": list(ids)})["prompt"]
+
+    def _post(self, path: str, body: dict) -> dict:
+        answer = httpx.post(f"{self.url}{path}", json={"model": SERVED_NAME, **body}, timeout=60, trust_env=False)
         answer.raise_for_status()
-        return answer.json()["tokens"]
+        return answer.json()
 
 
 def start(python: Path, workdir: Path) -> VllmServer:

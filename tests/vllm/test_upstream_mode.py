@@ -17,10 +17,12 @@ import pytest
 from google import genai
 from google.genai import types
 from tracetap.builders import build
+from tracetap.store import connect
 
 SYSTEM = "You are terse."
 QUESTION = "List the files here."
 MAX_TOKENS = 12
+TOOL_CALL_ID = 151657  # `<tool_call>`
 BASH = {"name": "Bash", "description": "Run a shell command.",
         "parameters": {"type": "object", "properties": {"command": {"type": "string"}}, "required": ["command"]}}
 # vLLM keeps only these of a chat request when it renders the prompt (the rest steer sampling)
@@ -120,6 +122,13 @@ def test_every_api_records_vllms_own_tokens(gw, vllm, api, stream):
     assert text == (upstream["content"] or "")
 
 
+def trace_metadata(store, session_id: str) -> list[dict]:
+    """The metadata of the session's prefix_merging traces, in trace order."""
+    query = ("SELECT metadata_json FROM trajectories WHERE builder = 'prefix_merging' AND session_id = ? "
+             "ORDER BY trace_index")
+    return [json.loads(text) for (text,) in connect(store).execute(query, [session_id]).fetchall()]
+
+
 def forced_bash(command: str) -> dict:
     """vLLM's structured outputs forcing one Hermes `<tool_call>` (the random model never makes one itself);
     `command` goes into the regex as is, so it holds no regex syntax."""
@@ -127,10 +136,9 @@ def forced_bash(command: str) -> dict:
     return {"structured_outputs": {"regex": call}}
 
 
-def test_tool_session_reports_the_drift_of_re_tokenized_turns(gw, vllm):
-    """Two forced tool calls, then a free answer: vLLM samples `<tool_call>` as text pieces, and the
-    next prompt re-renders it as the special token, so each later prompt is not prompt + sampled ids."""
-    sdk = openai.OpenAI(base_url=f"{gw.url}/v1", api_key="sk-tap-tool-session", max_retries=0)
+def run_tool_session(gw, session: str) -> None:
+    """Two forced Bash calls, each answered with a tool result, then a free answer (OpenAI chat SDK)."""
+    sdk = openai.OpenAI(base_url=f"{gw.url}/v1", api_key=f"sk-tap-{session}", max_retries=0)
     messages: list[dict] = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": QUESTION}]
     common = {"model": "tiny", "tools": [{"type": "function", "function": BASH}], "temperature": 0}
     for command, output in (("ls", "a.py\nb.py"), ("cat notes", "hello")):
@@ -142,12 +150,37 @@ def test_tool_session_reports_the_drift_of_re_tokenized_turns(gw, vllm):
         messages += [message.model_dump(exclude_none=True), result]
     sdk.chat.completions.create(messages=messages, max_tokens=MAX_TOKENS, **common)
 
+
+def assert_same_text_other_ids(vllm, calls: list[dict], drift: list[dict]) -> None:
+    """Every drift span: the sampled ids and their copy in the next prompt are one text in other ids."""
+    by_id = {call["completion_id"]: call for call in calls}
+    for span in drift:
+        sampled = by_id[span["completion_id"]]["completion_token_ids"][slice(*span["sampled"])]
+        copy = by_id[span["next_completion_id"]]["prompt_token_ids"][slice(*span["copy"])]
+        assert vllm.detokenize(sampled) == vllm.detokenize(copy) and sampled != copy
+
+
+def test_tool_session_reports_the_drift_of_re_tokenized_turns(gw, vllm):
+    """vLLM samples the forced `<tool_call>` as text pieces and the next prompt re-renders it as the
+    special token, so no later prompt is the previous prompt + its sampled ids: the build says so."""
+    run_tool_session(gw, "tool-session")
     calls = rows(gw, "tool-session")
     for call in calls:
         assert_exact(vllm, call, "openai_chat", False)
     assert [call["finish_reason"] for call in calls][:2] == ["tool_calls", "tool_calls"]
-    drifted = [later["prompt_token_ids"][:len(turn)] != turn for later, turn in
-               zip(calls[1:], (c["prompt_token_ids"] + c["completion_token_ids"] for c in calls), strict=False)]
-    stats = build(gw.store, "prefix_merging").session_stats["sk-tap-tool-session"]
-    print(drifted, stats)
-    assert drifted == [True, True] and stats["drift_tokens"] > 0
+    turns = [call["prompt_token_ids"] + call["completion_token_ids"] for call in calls]
+    assert [later["prompt_token_ids"][:len(turn)] != turn for later, turn in zip(calls[1:], turns, strict=False)] \
+        == [True, True]  # checked here, before asking the builder
+
+    stats = build(gw.store, "prefix_merging", decode=vllm.detokenize).session_stats["sk-tap-tool-session"]
+    (trace,) = trace_metadata(gw.store, "sk-tap-tool-session")
+    drift = trace["trace"]["drift"]
+    assert (stats["chains"], stats["break_reasons"], stats["completions_merged"]) == (1, {}, 2) and drift
+    assert stats["drift_tokens_by_kind"] == {"tokenization": sum(span["tokens"] for span in drift)}
+    ids = [call["completion_id"] for call in calls]
+    pairs = {(span["completion_id"], span["next_completion_id"]) for span in drift}
+    assert pairs == set(zip(ids, ids[1:], strict=False))
+    assert_same_text_other_ids(vllm, calls, drift)
+    copies = [calls[ids.index(span["next_completion_id"])]["prompt_token_ids"][slice(*span["copy"])]
+              for span in drift]
+    assert sum(TOOL_CALL_ID in copy for copy in copies) == 2  # one re-rendered `<tool_call>` per forced call
