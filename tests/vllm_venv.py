@@ -8,6 +8,7 @@ Run as a script to build it ahead of the tier: `python tests/vllm_venv.py`.
 
 from __future__ import annotations
 
+import fcntl
 import os
 import shutil
 import subprocess
@@ -27,17 +28,26 @@ def python() -> Path:
 
 
 def ensure() -> Path:
-    """The venv's interpreter, installing the pins first unless the stamp says they are there."""
-    stamp = VENV / "tracetap-pins.txt"
-    if stamp.exists() and stamp.read_text() == STAMP_TEXT and python().exists():
-        return python()
+    """The venv's interpreter, installing the pins first unless the stamp says they are there.
+
+    A lock beside the venv makes a second test run wait for the first one's install, not undo it."""
+    VENV.parent.mkdir(parents=True, exist_ok=True)
+    with open(VENV.with_name(VENV.name + ".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        stamp = VENV / "tracetap-pins.txt"
+        if not (stamp.exists() and stamp.read_text() == STAMP_TEXT and python().exists()):
+            _install(stamp)
+    return python()
+
+
+def _install(stamp: Path) -> None:
+    """A fresh venv with the pins, without the packages that break torch, checked by importing vLLM."""
     shutil.rmtree(VENV, ignore_errors=True)
     _run([sys.executable, "-m", "venv", str(VENV)])
     _run([str(python()), "-m", "pip", "install", "-q", *PINS])
     _run([str(python()), "-m", "pip", "uninstall", "-y", "-q", *CONFLICTING])
     _run([str(python()), "-c", "import vllm.entrypoints.openai.api_server"])
     stamp.write_text(STAMP_TEXT)
-    return python()
 
 
 def _run(argv: list[str]) -> None:

@@ -22,7 +22,7 @@ from tracetap.store import connect
 SYSTEM = "You are terse."
 QUESTION = "List the files here."
 MAX_TOKENS = 12
-TOOL_CALL_ID = 151657  # `<tool_call>`
+TAG_IDS = {151657, 151658}  # the special tokens `<tool_call>` and `</tool_call>`
 BASH = {"name": "Bash", "description": "Run a shell command.",
         "parameters": {"type": "object", "properties": {"command": {"type": "string"}}, "required": ["command"]}}
 # vLLM keeps only these of a chat request when it renders the prompt (the rest steer sampling)
@@ -161,8 +161,9 @@ def assert_same_text_other_ids(vllm, calls: list[dict], drift: list[dict]) -> No
 
 
 def test_tool_session_reports_the_drift_of_re_tokenized_turns(gw, vllm):
-    """vLLM samples the forced `<tool_call>` as text pieces and the next prompt re-renders it as the
-    special token, so no later prompt is the previous prompt + its sampled ids: the build says so."""
+    """vLLM samples parts of the forced `<tool_call>` turn as text pieces (tags included) and the next
+    prompt re-renders them canonically, so no later prompt is the previous prompt + its sampled ids:
+    the build keeps one chain and reports that drift as tokenization drift."""
     run_tool_session(gw, "tool-session")
     calls = rows(gw, "tool-session")
     for call in calls:
@@ -181,6 +182,7 @@ def test_tool_session_reports_the_drift_of_re_tokenized_turns(gw, vllm):
     pairs = {(span["completion_id"], span["next_completion_id"]) for span in drift}
     assert pairs == set(zip(ids, ids[1:], strict=False))
     assert_same_text_other_ids(vllm, calls, drift)
-    copies = [calls[ids.index(span["next_completion_id"])]["prompt_token_ids"][slice(*span["copy"])]
-              for span in drift]
-    assert sum(TOOL_CALL_ID in copy for copy in copies) == 2  # one re-rendered `<tool_call>` per forced call
+    # in each forced call a tag sampled as text pieces comes back as its special token in the next prompt
+    tagged = {span["completion_id"] for span in drift
+              if TAG_IDS & set(calls[ids.index(span["next_completion_id"])]["prompt_token_ids"][slice(*span["copy"])])}
+    assert tagged == set(ids[:2])
