@@ -37,3 +37,4 @@ TRACETAP_TEST_STORE_FORM=v1-migrated "$VENV/bin/python" -m pytest -q $READ_SIDE
 "$VENV/bin/python" -m pytest -q -m ray tests/rollout/test_ray.py
 # The store in an S3 bucket of moto's server on loopback (moto runs from its own venv: scripts/moto.sh).
 "$VENV/bin/python" -m pytest -q -m objstore tests/objstore
+"$VENV/bin/python" -m pytest -q -m vllm tests/vllm  # a real vLLM (CPU) behind the gateway; installs its venv once
