@@ -13,7 +13,7 @@ from typing import Any
 
 from tracetap.engine.completion import Completion
 from tracetap.engine.model import Step
-from tracetap.engine.request import ChatRequest
+from tracetap.engine.request import ChatRequest, CompletionRequest
 from tracetap.engine.tokenizer import ChatTokenizer
 
 SYSTEM_FINGERPRINT = "tracetap-engine-0.1.0"
@@ -46,6 +46,34 @@ def chat_completion(
         "prompt_logprobs": None,
         "prompt_token_ids": done.prompt_ids if request.return_token_ids else None,
         "prompt_text": None,
+        "kv_transfer_params": None,
+        "ec_transfer_params": None,
+        "metrics": None,
+    }
+
+
+def text_completion(
+    done: Completion, request: CompletionRequest, tokenizer: ChatTokenizer, model: str,
+) -> dict[str, Any]:
+    """The non-streaming `/v1/completions` body: token data on the choice, legacy-shaped logprobs."""
+    ids = [step.token_id for step in done.steps] if request.return_token_ids else None
+    choice = {
+        "index": 0,
+        "text": done.text,
+        "logprobs": _legacy_logprobs(done.steps, request.top_logprobs, tokenizer) if request.logprobs else None,
+        "finish_reason": done.finish_reason,
+        "stop_reason": done.stop_reason,
+        "token_ids": ids,
+        "prompt_logprobs": None,
+        "prompt_token_ids": done.prompt_ids if request.return_token_ids else None,
+        "routed_experts": None,
+    }
+    return {
+        **_head(f"cmpl-{secrets.token_hex(8)}", "text_completion", model),
+        "choices": [choice],
+        "service_tier": None,
+        "system_fingerprint": SYSTEM_FINGERPRINT,
+        "usage": {**_usage(done), "prompt_tokens_details": None, "completion_tokens_details": None},
         "kv_transfer_params": None,
         "ec_transfer_params": None,
         "metrics": None,
@@ -136,6 +164,25 @@ def _logprobs(steps: list[Step], tokenizer: ChatTokenizer) -> dict[str, Any]:
             for step in steps
         ]
     }
+
+
+def _legacy_logprobs(steps: list[Step], k: int, tokenizer: ChatTokenizer) -> dict[str, Any]:
+    """`{text_offset, token_logprobs, tokens, top_logprobs}`; each top dict is the sampled token, then the k best."""
+    tokens = [tokenizer.decode([step.token_id]) for step in steps]
+    offsets = [sum(len(token) for token in tokens[:i]) for i in range(len(tokens))]
+    return {
+        "text_offset": offsets,
+        "token_logprobs": [max(step.logprob, LOWEST_LOGPROB) for step in steps],
+        "tokens": tokens,
+        "top_logprobs": [_legacy_top(step, k, tokenizer) for step in steps],
+    }
+
+
+def _legacy_top(step: Step, k: int, tokenizer: ChatTokenizer) -> dict[str, float]:
+    """The step lists the sampled token and k others, so its k best by logprob are the true top k."""
+    best = sorted(step.top, key=lambda pair: -pair[1])[:k]
+    pairs = [(step.token_id, step.logprob), *best]
+    return {tokenizer.decode([token_id]): max(logprob, LOWEST_LOGPROB) for token_id, logprob in pairs}
 
 
 def _entry(token_id: int, logprob: float, tokenizer: ChatTokenizer) -> dict[str, Any]:
