@@ -14,10 +14,11 @@ from typing import Any
 
 from tracetap.engine.cache import home_dir
 from tracetap.engine.model import Sampling, Step, TinyModel, load_model
-from tracetap.engine.parsing import find_stop, parse_reply
 from tracetap.engine.request import ChatRequest, CompletionRequest, EngineError, Generation
 from tracetap.engine.script import Script
 from tracetap.engine.tokenizer import END_OF_TEXT_ID, IM_END_ID, ChatTokenizer, load_tokenizer
+from tracetap.tokens.message import ToolUse, chat_message, visible_text
+from tracetap.tokens.parsing import find_stop
 
 MAX_MODEL_LEN = 4096
 END_OF_TURN = frozenset({IM_END_ID, END_OF_TEXT_ID})
@@ -75,7 +76,7 @@ class Engine:
         else:
             reply = self._reply(session, request.parse_tools)
             done = self._scripted(request, prompt, self._turn_ids(request.messages, reply, request.tools))
-        return _as_chat(request, done)
+        return _as_chat(request, done, self.tokenizer)
 
     def complete_prompt(self, request: CompletionRequest, session: str | None = None) -> Completion:
         """Run one `/v1/completions` call: the prompt is used as given, token ids verbatim."""
@@ -118,13 +119,9 @@ class Engine:
         )
         ids = [step.token_id for step in steps]
         if ids[-1] in stops:
-            reason = None if ids[-1] in END_OF_TURN else ids[-1]
-            return Completion(prompt, steps, self._text(ids[:-1]), "stop", reason)
-        text = self._text(ids)
-        hit = find_stop(text, request.stop)
-        if hit:
-            return Completion(prompt, steps, text[: hit[0]], "stop", hit[1])
-        return Completion(prompt, steps, text, "length")
+            return self._done(prompt, steps, "stop", None if ids[-1] in END_OF_TURN else ids[-1])
+        hit = find_stop(self._text(ids), request.stop)
+        return self._done(prompt, steps, "stop", hit[1]) if hit else self._done(prompt, steps, "length")
 
     def _reply(self, session: str | None, has_tools: bool) -> dict[str, Any]:
         assert self.script is not None  # only scripted engines come here
@@ -143,9 +140,13 @@ class Engine:
         """The forced reply scored by the model, cut at the token budget."""
         budget = self._budget(request, prompt)
         steps = self.model.score(prompt, forced[:budget], request.candidates)
-        if len(forced) > budget:
-            return Completion(prompt, steps, self._text(forced[:budget]), "length")
-        return Completion(prompt, steps, self._text(forced[:-1]), "stop")
+        return self._done(prompt, steps, "length" if len(forced) > budget else "stop")
+
+    def _done(
+        self, prompt: list[int], steps: list[Step], finish: str, stop_reason: str | int | None = None,
+    ) -> Completion:
+        text = visible_text([step.token_id for step in steps], stop_reason, self.tokenizer)
+        return Completion(prompt, steps, text, finish, stop_reason)
 
     def _text(self, ids: list[int]) -> str:
         """Visible text: control tokens dropped, tool and think markers kept (vLLM's skip_special_tokens)."""
@@ -160,13 +161,11 @@ class Engine:
         return Sampling(request.temperature, request.top_p, seed)
 
 
-def _as_chat(request: ChatRequest, done: Completion) -> Completion:
-    """Parse the visible text into a message; tool calls turn an auto finish into `tool_calls`."""
-    done.message = parse_reply(done.text, request.parse_tools)
-    if done.message["tool_calls"]:
-        named = isinstance(request.tool_choice, dict)
-        done.finish_reason = "stop" if named else "tool_calls"
-        done.message["content"] = (done.message["content"] or "") if named else done.message["content"]
+def _as_chat(request: ChatRequest, done: Completion, tokenizer: ChatTokenizer) -> Completion:
+    """The chat view of the sampled ids: the message and, for a parsed auto call, a `tool_calls` finish."""
+    ids = [step.token_id for step in done.steps]
+    tools = ToolUse.of(request.tools, request.tool_choice)
+    done.message, done.finish_reason = chat_message(ids, done.finish_reason, done.stop_reason, tokenizer, tools)
     return done
 
 

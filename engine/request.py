@@ -6,6 +6,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from tracetap.tokens.message import ToolUse
+
 MAX_TOP_LOGPROBS = 20  # vLLM's default --max-logprobs
 
 
@@ -74,7 +76,7 @@ class ChatRequest(Generation):
     @property
     def parse_tools(self) -> bool:
         """Tool calls are parsed out of the text when tools are offered and not switched off, as in vLLM."""
-        return bool(self.tools) and self.tool_choice != "none"
+        return ToolUse.of(self.tools, self.tool_choice).parse
 
 
 @dataclass(frozen=True, kw_only=True)
