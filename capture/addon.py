@@ -17,7 +17,9 @@ from tracetap.capture.content_coding import too_large
 from tracetap.capture.redact import Redactor
 from tracetap.capture.replay import RecordedStore, ReplayUpstream
 from tracetap.capture.service import FALLBACK_API, MAX_BODY, GatewayService, Reply, caller_api, error_reply
+from tracetap.capture.tokenizing import TokenizingUpstream
 from tracetap.capture.upstream import Upstream, UpstreamClient
+from tracetap.engine.tokenizer import open_tokenizer
 from tracetap.store import StoreWriter
 
 logger = logging.getLogger("tracetap.gateway")
@@ -39,6 +41,7 @@ class Settings:
     replay_miss: str = "error"
     replay_ignore: tuple[str, ...] = ()
     redact_keys: tuple[str, ...] = ()  # more key names whose values are secrets (capture/redact.py)
+    tokenizer: Path | None = None  # `--tokenize gateway`: render prompts with this tokenizer (capture/tokenizing.py)
 
 
 class Gateway:
@@ -61,6 +64,7 @@ class Gateway:
         loader.add_option("tracetap_replay_miss", str, "error", "Replay misses: error | forward.")
         loader.add_option("tracetap_replay_ignore", Sequence[str], [], "Request paths replay matching ignores.")
         loader.add_option("tracetap_redact_keys", Sequence[str], [], "More key names whose values are masked.")
+        loader.add_option("tracetap_tokenizer", str, "", "Tokenize in the gateway with this tokenizer folder.")
 
     def configure(self, updated: set[str]) -> None:
         if not any(name.startswith("tracetap_") for name in updated) or not ctx.options.tracetap_store:
@@ -75,6 +79,7 @@ class Gateway:
             replay=Path(o.tracetap_replay) if o.tracetap_replay else None,
             replay_session=o.tracetap_replay_session or None, replay_miss=o.tracetap_replay_miss,
             replay_ignore=tuple(o.tracetap_replay_ignore), redact_keys=tuple(o.tracetap_redact_keys),
+            tokenizer=Path(o.tracetap_tokenizer) if o.tracetap_tokenizer else None,
         )
 
     async def running(self) -> None:
@@ -83,6 +88,8 @@ class Gateway:
         s = self.settings
         client = UpstreamClient(s.upstream, s.upstream_kind, s.timeout, s.served_model)
         upstream: Upstream = client
+        if s.tokenizer is not None:
+            upstream = TokenizingUpstream(client, await asyncio.to_thread(open_tokenizer, s.tokenizer))
         if s.replay is not None:
             upstream = ReplayUpstream(RecordedStore(s.replay), client, s.replay_miss, s.replay_session,
                                       s.replay_ignore)

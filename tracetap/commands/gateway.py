@@ -45,10 +45,16 @@ LOCAL = "local"
 @click.option("--redact-key", "redact_keys", multiple=True, metavar="NAME",
               help="Another key name whose values are secrets, masked in the store and never sent upstream "
                    "(any spelling: camelCase, snake_case, kebab-case; repeatable).")
+@click.option("--tokenize", type=click.Choice(["upstream", "gateway"]), default="upstream", show_default=True,
+              help="Who turns the chat into prompt tokens: the upstream's chat endpoint, or the gateway itself "
+                   "(chat template + tokenizer, then the upstream's /v1/completions with token ids).")
+@click.option("--tokenizer", type=click.Path(exists=True, file_okay=False, path_type=Path), default=None,
+              help="The served model's tokenizer folder (transformers) for --tokenize gateway; default with "
+                   "the embedded engine: its own tokenizer.")
 def command(store: Path, listen: tuple[str, int], upstream: str, upstream_kind: str, served_model: str | None,
             script: Path | None, max_model_len: int, timeout: float, max_body: int | None, idle_compact: float,
             replay: Path | None, replay_session: str | None, replay_miss: str, replay_ignore: tuple[str, ...],
-            redact_keys: tuple[str, ...]) -> None:
+            redact_keys: tuple[str, ...], tokenize: str, tokenizer: Path | None) -> None:
     """Run the gateway until Ctrl-C / SIGTERM.
 
     Point a harness at the printed base URLs; every call is recorded in STORE at token level.
@@ -65,9 +71,12 @@ def command(store: Path, listen: tuple[str, int], upstream: str, upstream_kind: 
         raise click.UsageError("--script drives the embedded engine; it cannot be used with --upstream URL")
     replaying = _replay_options(store, replay, replay_session, replay_miss, replay_ignore)
     limits: dict[str, Any] = {"max_body": max_body} if max_body else {}
+    _check_tokenize(tokenize, tokenizer, upstream, upstream_kind, replay)
     engine = _start_engine(script, served_model, max_model_len) if upstream == LOCAL else None
     try:
         url = engine.url if engine else upstream
+        if tokenize == "gateway":
+            limits["tokenizer"] = str(tokenizer or engine.engine.home / "tokenizer")  # type: ignore[union-attr]
         run_gateway(store, listen[0], listen[1], url, upstream_kind, served_model, confdir=home_dir() / "mitmproxy",
                     on_ready=lambda host, port: _announce(host, port, store, url, upstream_kind, replay),
                     timeout=timeout, idle_seconds=idle_compact, compact_every=_compact_every(idle_compact),
@@ -100,6 +109,18 @@ def _replay_options(store: Path, replay: Path | None, session: str | None, miss:
         raise click.BadParameter(str(exc)) from None
     return {"replay": str(replay), "replay_session": session or "", "replay_miss": miss,
             "replay_ignore": list(ignore)}
+
+
+def _check_tokenize(tokenize: str, tokenizer: Path | None, upstream: str, kind: str, replay: Path | None) -> None:
+    """`--tokenize gateway` needs a tokenizer (the embedded engine brings its own) and a vLLM-style upstream."""
+    if tokenize == "upstream":
+        if tokenizer is not None:
+            raise click.UsageError("--tokenizer is used by --tokenize gateway only")
+        return
+    if tokenizer is None and upstream != LOCAL:
+        raise click.UsageError("--tokenize gateway with --upstream URL needs --tokenizer DIR (the served model's)")
+    if kind != "vllm" or replay is not None:
+        raise click.UsageError("--tokenize gateway works with a vLLM-style upstream and without --replay")
 
 
 def _compact_every(idle_seconds: float) -> float:
