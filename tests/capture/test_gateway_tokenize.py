@@ -112,3 +112,44 @@ def test_a_history_the_template_cannot_render_is_the_callers_400(gateways) -> No
     response = httpx.post(f"{gateways['gateway'].url}/v1/chat/completions", json=body, timeout=30)
     assert response.status_code == 400
     assert set(response.json()["error"]) >= {"message", "type"}
+
+
+def responses_agent(gw, session: str) -> list:
+    """The Responses API as Codex drives it: a function call, then its output answered over a stream."""
+    sdk = openai.OpenAI(base_url=f"{gw.url}/v1", api_key=f"sk-tap-{session}", max_retries=0)
+    tool = {"type": "function", "name": "Bash", "description": "Run a shell command.", "parameters": COMMAND}
+    common = {"model": "gpt-5", "instructions": "You are terse.", "tools": [tool], "store": False}
+    history: list = [{"role": "user", "content": "What is here?"}]
+    first = sdk.responses.create(input=history, **common)
+    call = first.output[-1]
+    history += [item.model_dump(exclude_none=True) for item in first.output]
+    history.append({"type": "function_call_output", "call_id": call.call_id, "output": "a.py\nb.py"})
+    with sdk.responses.stream(input=history, **common) as stream:
+        second = stream.get_final_response()
+    return [first, second]
+
+
+def test_responses_stream_gets_the_same_output_in_both_modes(gateways) -> None:
+    answers = {mode: responses_agent(gw, f"re-{mode}") for mode, gw in gateways.items()}
+    for first, second in answers.values():
+        assert first.output[-1].type == "function_call" and second.output_text == "There are two files."
+    assert token_data(gateways["gateway"], "re-gateway") == token_data(gateways["upstream"], "re-upstream")
+
+
+@pytest.mark.parametrize(("body", "status"), [
+    ({"max_tokens": 3}, 200),  # cut: `length`, the partial text
+    ({"messages": [{"role": "user", "content": "word " * 5000}]}, 400),  # over the engine's context
+    ({"max_tokens": 5000}, 400),  # over max_model_len
+])
+def test_truncation_and_upstream_errors_match_upstream_mode(gateways, body: dict, status: int) -> None:
+    sent = {"model": "gpt-4o", "messages": FIRST_TURN, "tools": TOOLS, **body}
+    answers = {mode: httpx.post(f"{gw.url}/v1/chat/completions", json=sent, timeout=60)
+               for mode, gw in gateways.items()}
+    assert {mode: a.status_code for mode, a in answers.items()} == {"upstream": status, "gateway": status}
+    if status == 200:
+        choices = [a.json()["choices"][0] for a in answers.values()]
+        assert choices[0]["finish_reason"] == choices[1]["finish_reason"] == "length"
+        assert choices[0]["message"]["content"] == choices[1]["message"]["content"]
+    else:
+        messages = [a.json()["error"]["message"] for a in answers.values()]
+        assert messages[0] == messages[1]
