@@ -56,6 +56,7 @@ class Generation:
     top_logprobs: int = 0
     return_token_ids: bool = False
     stream: bool = False
+    include_usage: bool = False  # stream_options: a last chunk with the usage
 
     @property
     def candidates(self) -> int:
@@ -71,7 +72,6 @@ class ChatRequest(Generation):
     tools: list[dict[str, Any]] | None = None
     tool_choice: str | dict[str, Any] | None = None
     template_kwargs: dict[str, Any] = field(default_factory=dict)
-    include_usage: bool = False
 
     @property
     def parse_tools(self) -> bool:
@@ -84,6 +84,7 @@ class CompletionRequest(Generation):
     """The `/v1/completions` fields the engine honours: one prompt, as text or as token ids."""
 
     prompt: str | list[int]
+    continuous_usage: bool = False  # stream_options.continuous_usage_stats: usage on every chunk
 
     @property
     def candidates(self) -> int:
@@ -101,13 +102,11 @@ def parse_chat(body: dict[str, Any], max_model_len: int) -> ChatRequest:
     top_logprobs = _top_logprobs(body, "top_logprobs") or 0
     if top_logprobs and not logprobs:
         raise EngineError("when using `top_logprobs`, `logprobs` must be set to true.", param="top_logprobs")
-    stream_options = _optional(body, "stream_options", dict) or {}
     return ChatRequest(
         messages=messages,
         tools=tools,
         tool_choice=_tool_choice(body.get("tool_choice"), tools),
         template_kwargs=_optional(body, "chat_template_kwargs", dict) or {},
-        include_usage=bool(stream_options.get("include_usage")),
         **_generation(body, max_model_len, None), logprobs=logprobs, top_logprobs=top_logprobs,
     )
 
@@ -118,12 +117,11 @@ def parse_completion(body: dict[str, Any], max_model_len: int) -> CompletionRequ
         raise invalid("prompt", "Field required", "missing")
     if _optional(body, "echo", bool):
         raise EngineError("The embedded engine does not support `echo`.", param="echo")
-    if _optional(body, "stream", bool):
-        raise EngineError("The embedded engine does not stream `/v1/completions`.", param="stream")
     top = _top_logprobs(body, "logprobs")
     return CompletionRequest(
         prompt=_prompt(body["prompt"]), **_generation(body, max_model_len, 16),
         logprobs=top is not None, top_logprobs=top or 0,
+        continuous_usage=bool((_optional(body, "stream_options", dict) or {}).get("continuous_usage_stats")),
     )
 
 
@@ -141,6 +139,7 @@ def _generation(body: dict[str, Any], max_model_len: int, default_max: int | Non
         "stop_token_ids": _stop_token_ids(body),
         "return_token_ids": bool(_optional(body, "return_token_ids", bool)),
         "stream": bool(_optional(body, "stream", bool)),
+        "include_usage": bool((_optional(body, "stream_options", dict) or {}).get("include_usage")),
     }
 
 

@@ -90,7 +90,10 @@ class EngineServer:
     def completions(self, handler: Handler) -> tuple[int, Any]:
         request = parse_completion(parse_json(handler.body()), self.engine.max_model_len)
         done = self.engine.complete_prompt(request, handler.headers.get(SESSION_HEADER))
-        return 200, responses.text_completion(done, request, self.engine.tokenizer, self.served_model)
+        tokenizer = self.engine.tokenizer
+        if request.stream:
+            return 200, responses.sse(responses.text_chunks(done, request, tokenizer, self.served_model))
+        return 200, responses.text_completion(done, request, tokenizer, self.served_model)
 
     def tokenize(self, handler: Handler) -> tuple[int, Any]:
         body = parse_json(handler.body())

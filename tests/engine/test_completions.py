@@ -111,3 +111,24 @@ def test_scripted_completion_plays_the_next_line_as_the_template_renders_it(
     reply = chat(scripted, session="s2", tools=TOOLS)["choices"][0]
     assert choice["token_ids"] == reply["token_ids"] and choice["token_ids"][-1] == IM_END_ID
     assert "<tool_call>" in choice["text"] and choice["finish_reason"] == "stop"
+
+
+def test_stream_sends_the_same_completion_token_by_token(server: EngineServer) -> None:
+    ids = tokenize(server, messages=MESSAGES)
+    sampling = {"max_tokens": 10, "temperature": 1.0, "seed": 5, "logprobs": 1}
+    whole = complete(server, ids, **sampling)["choices"][0]
+    chunks = [c.model_dump() for c in complete_stream(server, ids, **sampling)]
+    choices = [chunk["choices"][0] for chunk in chunks if chunk["choices"]]
+    assert "".join(c["text"] for c in choices) == whole["text"]
+    assert [i for c in choices for i in c["token_ids"]] == whole["token_ids"]
+    assert choices[0]["prompt_token_ids"] == ids and all(c["prompt_token_ids"] is None for c in choices[1:])
+    offsets = [o for c in choices for o in c["logprobs"]["text_offset"]]
+    assert offsets == whole["logprobs"]["text_offset"] and choices[-1]["finish_reason"] == whole["finish_reason"]
+    assert chunks[-1]["usage"]["completion_tokens"] == 10 and not chunks[-1]["choices"]
+
+
+def complete_stream(server: EngineServer, prompt, **kwargs):
+    return client(server).completions.create(
+        model="tiny", prompt=prompt, stream=True, stream_options={"include_usage": True},
+        extra_body=TOKEN_DATA, **kwargs,
+    )

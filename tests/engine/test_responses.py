@@ -88,3 +88,17 @@ def kinds(sse: str) -> dict[str, list]:
         groups["finish" if chunk["choices"][0]["finish_reason"] else "tokens"].append(chunk)
     return groups
 
+
+
+def test_completions_stream_chunk_keys_match_vllm(server: EngineServer, vllm) -> None:
+    """The first token chunk (with the prompt ids; `kinds` files it as "role"), the other token chunks,
+    the finishing chunk and the usage chunk."""
+    body = vllm("completions_tokens_stream.request")["body"]
+    raw = httpx.post(f"{server.url}/v1/completions", json=body).text
+    ours, theirs = kinds(raw), kinds(vllm.text("completions_tokens_stream.sse"))
+    assert ours.keys() == theirs.keys() and len(ours["tokens"]) == len(theirs["tokens"]) == 2
+    allowed = {path for (name, path) in ALLOWED if name == "completions_tokens"}
+    for kind in theirs:
+        mine, real = shape(ours[kind]), shape(theirs[kind])
+        assert {p: k for p, k in mine.items() if p.removeprefix("[].") not in allowed} == {
+            p: k for p, k in real.items() if p.removeprefix("[].") not in allowed}, kind
