@@ -97,7 +97,8 @@ class TokenizingUpstream:
         if asked or room > 0:  # chat's default is the rest of the context; completions' is only 16
             sent["max_tokens"] = asked or room
         top = chat_request.get("top_logprobs") if chat_request.get("logprobs") is True else 0
-        sent.update(prompt=prompt, logprobs=top or 0, return_token_ids=True, stream=False)
+        sent.update(prompt=prompt, logprobs=top or 0, return_token_ids=True, return_tokens_as_token_ids=True,
+                    stream=False)
         return sent
 
     def _as_chat(self, chat_request: dict, answer: dict) -> dict[str, Any]:
@@ -118,16 +119,23 @@ class TokenizingUpstream:
                 **head, "choices": [out_choice], "prompt_token_ids": choice.get("prompt_token_ids")}
 
     def _logprobs(self, ids: list[int], legacy: dict | None, chat_request: dict) -> dict | None:
-        """Chat-shaped entries from the legacy form: the sampled token's own text and bytes by id; the
-        alternatives (keyed by text there) in the order the upstream listed them, sampled one first."""
+        """Chat-shaped entries from the legacy form, the alternatives in the upstream's order (sampled
+        one first); tokens named `token_id:N` keep their id, so text and bytes come from the tokenizer."""
         if not legacy:
             return None
         k = chat_request.get("top_logprobs") if chat_request.get("logprobs") is True else 0
         tops = legacy.get("top_logprobs") or [{} for _ in ids]
         return {"content": [
-            {"token": self.tokenizer.decode([token_id]), "logprob": logprob,
-             "bytes": list(self.tokenizer.token_bytes(token_id)),
-             "top_logprobs": [{"token": text, "logprob": value, "bytes": list(text.encode())}
-                              for text, value in list((top or {}).items())[: k or 0]]}
+            {**self._entry(f"token_id:{token_id}", logprob),
+             "top_logprobs": [self._entry(name, value) for name, value in list((top or {}).items())[: k or 0]]}
             for token_id, logprob, top in zip(ids, legacy["token_logprobs"], tops, strict=True)
         ]}
+
+    def _entry(self, name: str, logprob: float) -> dict[str, Any]:
+        """`{token, logprob, bytes}` (+ `token_id` when the name carries one; else the name is the text)."""
+        digits = name.removeprefix("token_id:")
+        if not (name.startswith("token_id:") and digits.isdigit()):
+            return {"token": name, "logprob": logprob, "bytes": list(name.encode())}
+        token_id = int(digits)
+        text, raw = self.tokenizer.decode([token_id]), self.tokenizer.token_bytes(token_id)
+        return {"token": text, "token_id": token_id, "logprob": logprob, "bytes": list(raw)}

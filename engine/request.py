@@ -85,6 +85,7 @@ class CompletionRequest(Generation):
 
     prompt: str | list[int]
     continuous_usage: bool = False  # stream_options.continuous_usage_stats: usage on every chunk
+    tokens_as_ids: bool = False  # return_tokens_as_token_ids: logprobs name tokens `token_id:N`
 
     @property
     def candidates(self) -> int:
@@ -122,6 +123,7 @@ def parse_completion(body: dict[str, Any], max_model_len: int) -> CompletionRequ
         prompt=_prompt(body["prompt"]), **_generation(body, max_model_len, 16),
         logprobs=top is not None, top_logprobs=top or 0,
         continuous_usage=bool((_optional(body, "stream_options", dict) or {}).get("continuous_usage_stats")),
+        tokens_as_ids=bool(_optional(body, "return_tokens_as_token_ids", bool)),
     )
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import secrets
 import time
+from collections.abc import Callable
 from typing import Any
 
 from tracetap.engine.completion import Completion
@@ -60,7 +61,7 @@ def text_completion(
     choice = {
         "index": 0,
         "text": done.text,
-        "logprobs": _legacy_logprobs(done.steps, request.top_logprobs, tokenizer) if request.logprobs else None,
+        "logprobs": _legacy_logprobs(done.steps, request, tokenizer) if request.logprobs else None,
         "finish_reason": done.finish_reason,
         "stop_reason": done.stop_reason,
         "token_ids": ids,
@@ -89,13 +90,13 @@ def text_chunks(
     """
     head = _head(f"cmpl-{secrets.token_hex(8)}", "text_completion", model)
     pieces = _pieces(done.text, [step.token_id for step in done.steps], tokenizer)
-    chunks, offset = [], 0
+    logprobs = _legacy_logprobs(done.steps, request, tokenizer) if request.logprobs else None
+    chunks = []
     for index, (step, piece) in enumerate(zip(done.steps, pieces, strict=True)):
         last = index == len(done.steps) - 1
         choice = {
             "index": 0, "text": piece,
-            "logprobs": _legacy_logprobs([step], request.top_logprobs, tokenizer, offset) if request.logprobs
-            else None,
+            "logprobs": {key: [values[index]] for key, values in logprobs.items()} if logprobs else None,
             "finish_reason": done.finish_reason if last else None,
             "stop_reason": done.stop_reason if last else None,
         }
@@ -103,7 +104,6 @@ def text_chunks(
             choice.update(prompt_token_ids=None if index else done.prompt_ids, token_ids=[step.token_id])
         usage = {"usage": _usage(done, index + 1)} if request.continuous_usage else {}
         chunks.append({**head, "choices": [choice], **usage})
-        offset += len(tokenizer.decode([step.token_id]))
     if request.include_usage:
         chunks.append({**head, "choices": [], "usage": _usage(done), "system_fingerprint": SYSTEM_FINGERPRINT})
     return chunks
@@ -198,23 +198,28 @@ def _logprobs(steps: list[Step], tokenizer: ChatTokenizer) -> dict[str, Any]:
     }
 
 
-def _legacy_logprobs(steps: list[Step], k: int, tokenizer: ChatTokenizer, start: int = 0) -> dict[str, Any]:
-    """`{text_offset, token_logprobs, tokens, top_logprobs}`; each top dict is the sampled token, then the k best."""
-    tokens = [tokenizer.decode([step.token_id]) for step in steps]
-    offsets = [start + sum(len(token) for token in tokens[:i]) for i in range(len(tokens))]
+def _legacy_logprobs(steps: list[Step], request: CompletionRequest, tokenizer: ChatTokenizer) -> dict[str, list]:
+    """`{text_offset, token_logprobs, tokens, top_logprobs}`; each top dict is the sampled token, then the k best.
+
+    Offsets count the token names, as vLLM's do (so `token_id:N` names count their own length)."""
+    def name(token_id: int) -> str:
+        return f"token_id:{token_id}" if request.tokens_as_ids else tokenizer.decode([token_id])
+
+    tokens = [name(step.token_id) for step in steps]
+    offsets = [sum(len(token) for token in tokens[:i]) for i in range(len(tokens))]
     return {
         "text_offset": offsets,
         "token_logprobs": [max(step.logprob, LOWEST_LOGPROB) for step in steps],
         "tokens": tokens,
-        "top_logprobs": [_legacy_top(step, k, tokenizer) for step in steps],
+        "top_logprobs": [_legacy_top(step, request.top_logprobs, name) for step in steps],
     }
 
 
-def _legacy_top(step: Step, k: int, tokenizer: ChatTokenizer) -> dict[str, float]:
+def _legacy_top(step: Step, k: int, name: Callable[[int], str]) -> dict[str, float]:
     """The step lists the sampled token and k others, so its k best by logprob are the true top k."""
     best = sorted(step.top, key=lambda pair: -pair[1])[:k]
     pairs = [(step.token_id, step.logprob), *best]
-    return {tokenizer.decode([token_id]): max(logprob, LOWEST_LOGPROB) for token_id, logprob in pairs}
+    return {name(token_id): max(logprob, LOWEST_LOGPROB) for token_id, logprob in pairs}
 
 
 def _entry(token_id: int, logprob: float, tokenizer: ChatTokenizer) -> dict[str, Any]:

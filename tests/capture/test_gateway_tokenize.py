@@ -153,3 +153,22 @@ def test_truncation_and_upstream_errors_match_upstream_mode(gateways, body: dict
     else:
         messages = [a.json()["error"]["message"] for a in answers.values()]
         assert messages[0] == messages[1]
+
+
+def test_logprobs_and_alternatives_match_upstream_mode_and_keep_their_ids(gateways) -> None:
+    sent = {"model": "gpt-4o", "messages": FIRST_TURN, "tools": TOOLS, "logprobs": True, "top_logprobs": 2}
+    entries = {}
+    for mode, gw in gateways.items():
+        sdk = openai.OpenAI(base_url=f"{gw.url}/v1", api_key=f"sk-tap-lp-{mode}", max_retries=0)
+        entries[mode] = sdk.chat.completions.create(**sent).choices[0].logprobs.model_dump()["content"]
+
+    def seen(entry: dict) -> tuple:
+        return entry["token"], entry["logprob"], entry["bytes"]
+
+    assert [seen(e) for e in entries["gateway"]] == [seen(e) for e in entries["upstream"]]
+    assert [[seen(t) for t in e["top_logprobs"]] for e in entries["gateway"]] == \
+        [[seen(t) for t in e["top_logprobs"]] for e in entries["upstream"]]
+    (row,) = live.store_rows(gateways["gateway"].store, "session_id = ?", ["sk-tap-lp-gateway"])
+    tops = json.loads(row["top_logprobs"]) if isinstance(row["top_logprobs"], str) else row["top_logprobs"]
+    assert len(tops) == len(row["completion_token_ids"]) and all(len(step) == 2 for step in tops)
+    assert [step[0]["token_id"] for step in tops] == row["completion_token_ids"]  # the sampled one, by id

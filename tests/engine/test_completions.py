@@ -132,3 +132,12 @@ def complete_stream(server: EngineServer, prompt, **kwargs):
         model="tiny", prompt=prompt, stream=True, stream_options={"include_usage": True},
         extra_body=TOKEN_DATA, **kwargs,
     )
+
+
+def test_tokens_as_ids_name_every_token_by_its_id(server: EngineServer) -> None:
+    data = complete(server, "Hello", max_tokens=5, temperature=1.0, seed=2, logprobs=1,
+                    extra_body={**TOKEN_DATA, "return_tokens_as_token_ids": True})["choices"][0]
+    names = [f"token_id:{i}" for i in data["token_ids"]]
+    assert data["logprobs"]["tokens"] == names
+    assert [next(iter(top)) for top in data["logprobs"]["top_logprobs"]] == names
+    assert data["logprobs"]["text_offset"] == [len("".join(names[:i])) for i in range(5)]
