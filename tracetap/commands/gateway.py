@@ -69,14 +69,13 @@ def command(store: Path, listen: tuple[str, int], upstream: str, upstream_kind: 
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     if script is not None and upstream != LOCAL:
         raise click.UsageError("--script drives the embedded engine; it cannot be used with --upstream URL")
+    _check_tokenize(tokenize, tokenizer, upstream, upstream_kind, replay)
     replaying = _replay_options(store, replay, replay_session, replay_miss, replay_ignore)
     limits: dict[str, Any] = {"max_body": max_body} if max_body else {}
-    _check_tokenize(tokenize, tokenizer, upstream, upstream_kind, replay)
     engine = _start_engine(script, served_model, max_model_len) if upstream == LOCAL else None
     try:
         url = engine.url if engine else upstream
-        if tokenize == "gateway":
-            limits["tokenizer"] = str(tokenizer or engine.engine.home / "tokenizer")  # type: ignore[union-attr]
+        limits.update(_tokenizing(tokenize, tokenizer, engine))
         run_gateway(store, listen[0], listen[1], url, upstream_kind, served_model, confdir=home_dir() / "mitmproxy",
                     on_ready=lambda host, port: _announce(host, port, store, url, upstream_kind, replay),
                     timeout=timeout, idle_seconds=idle_compact, compact_every=_compact_every(idle_compact),
@@ -121,6 +120,13 @@ def _check_tokenize(tokenize: str, tokenizer: Path | None, upstream: str, kind: 
         raise click.UsageError("--tokenize gateway with --upstream URL needs --tokenizer DIR (the served model's)")
     if kind != "vllm" or replay is not None:
         raise click.UsageError("--tokenize gateway works with a vLLM-style upstream and without --replay")
+
+
+def _tokenizing(tokenize: str, tokenizer: Path | None, engine: Any) -> dict[str, str]:
+    """The addon's tokenizer option: the folder given, else the embedded engine's own tokenizer."""
+    if tokenize == "upstream":
+        return {}
+    return {"tokenizer": str(tokenizer or engine.engine.home / "tokenizer")}
 
 
 def _compact_every(idle_seconds: float) -> float:
