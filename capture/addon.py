@@ -21,7 +21,9 @@ from tracetap.capture.fence import Fence
 from tracetap.capture.redact import Redactor
 from tracetap.capture.replay import RecordedStore, ReplayUpstream
 from tracetap.capture.service import FALLBACK_API, MAX_BODY, GatewayService, Reply, caller_api, error_reply
+from tracetap.capture.tokenizing import TokenizingUpstream
 from tracetap.capture.upstream import Upstream, UpstreamClient
+from tracetap.engine.tokenizer import open_tokenizer
 from tracetap.store import StorePath, StoreWriter, store_path
 
 logger = logging.getLogger("tracetap.gateway")
@@ -49,6 +51,7 @@ class Settings:
     control_token: str | None = None  # guards /admin/* (capture/admin.py)
     pause_wait: float = 60.0  # seconds a new call waits out a pause before its 503
     on_pause: str = "finish"  # calls in flight when a pause comes: finish | abort
+    tokenizer: Path | None = None  # `--tokenize gateway`: render prompts with this tokenizer (capture/tokenizing.py)
 
 
 class Gateway:
@@ -76,6 +79,7 @@ class Gateway:
         loader.add_option("tracetap_control_token", str, "", "Token the /admin endpoints require.")
         loader.add_option("tracetap_pause_wait", float, 60.0, "Seconds a new call waits out a pause.")
         loader.add_option("tracetap_on_pause", str, "finish", "Calls in flight at a pause: finish | abort.")
+        loader.add_option("tracetap_tokenizer", str, "", "Tokenize in the gateway with this tokenizer folder.")
 
     def configure(self, updated: set[str]) -> None:
         if not any(name.startswith("tracetap_") for name in updated) or not ctx.options.tracetap_store:
@@ -92,6 +96,7 @@ class Gateway:
             replay_ignore=tuple(o.tracetap_replay_ignore), redact_keys=tuple(o.tracetap_redact_keys),
             policy_version=o.tracetap_policy_version or None, control_token=o.tracetap_control_token or None,
             pause_wait=o.tracetap_pause_wait, on_pause=o.tracetap_on_pause,
+            tokenizer=Path(o.tracetap_tokenizer) if o.tracetap_tokenizer else None,
         )
 
     async def running(self) -> None:
@@ -101,6 +106,8 @@ class Gateway:
         clients = [UpstreamClient(url, s.upstream_kind, s.timeout, s.served_model) for url in (s.upstream, *s.pool)]
         pool = EnginePool(clients) if len(clients) > 1 else None
         upstream: Upstream = pool or clients[0]
+        if s.tokenizer is not None:  # one engine (the command refuses a pool with --tokenize gateway)
+            upstream = TokenizingUpstream(clients[0], await asyncio.to_thread(open_tokenizer, s.tokenizer))
         if s.replay is not None:
             upstream = ReplayUpstream(RecordedStore(s.replay), clients[0], s.replay_miss, s.replay_session,
                                       s.replay_ignore)

@@ -283,15 +283,19 @@ class UpstreamClient:
         self.timeout = timeout
         self.served_model = served_model
         self.models: list[str] = [served_model] if served_model else []
+        self.max_model_len: int | None = None  # the served model's context, when `/v1/models` says
         self._pool = Pool(self.base_url, connect_timeout)
 
     async def discover(self) -> list[str]:
         """Learn the served model names from `/v1/models`; an unreachable upstream is not fatal here."""
         try:
             response = await self._pool.request("GET", "/v1/models", timeout=5.0)
-            names = [m["id"] for m in json.loads(response.content)["data"] if isinstance(m.get("id"), str)]
+            cards = json.loads(response.content)["data"]
+            names = [m["id"] for m in cards if isinstance(m.get("id"), str)]
         except (ConnectionError, TimeoutError, ValueError, AttributeError, KeyError, TypeError):
             return self.models
+        lengths = [m["max_model_len"] for m in cards if fields.is_int(m.get("max_model_len"))]
+        self.max_model_len = self.max_model_len or (lengths[0] if lengths else None)
         self.models = list(dict.fromkeys(self.models + names))
         self.served_model = self.served_model or (names[0] if names else None)
         return self.models
@@ -338,6 +342,11 @@ class UpstreamClient:
         except InvalidAnswer as exc:
             raise UpstreamError("invalid", f"the upstream's token count is unusable: {exc}", 502,
                                 _raw(response)) from None
+
+    async def post_json(self, path: str, text: str, session_id: str | None = None) -> dict:
+        """POST a JSON body; the answer as a JSON object (HTTP errors raise UpstreamError)."""
+        headers = {SESSION_HEADER: session_id} if session_id else {}
+        return _decode(await self._post(path, text.encode("utf-8"), headers))[0]
 
     async def aclose(self) -> None:
         await self._pool.aclose()

@@ -6,6 +6,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from tracetap.tokens.message import ToolUse
+
 MAX_TOP_LOGPROBS = 20  # vLLM's default --max-logprobs
 
 
@@ -40,13 +42,10 @@ def parse_json(raw: bytes) -> dict[str, Any]:
     return body
 
 
-@dataclass(frozen=True)
-class ChatRequest:
-    """The `/v1/chat/completions` fields the engine honours, validated."""
+@dataclass(frozen=True, kw_only=True)
+class Generation:
+    """The sampling and token-data fields both completion routes share, validated."""
 
-    messages: list[dict[str, Any]]
-    tools: list[dict[str, Any]] | None = None
-    tool_choice: str | dict[str, Any] | None = None
     max_tokens: int | None = None
     temperature: float = 1.0
     top_p: float = 1.0
@@ -56,14 +55,42 @@ class ChatRequest:
     logprobs: bool = False
     top_logprobs: int = 0
     return_token_ids: bool = False
-    template_kwargs: dict[str, Any] = field(default_factory=dict)
     stream: bool = False
-    include_usage: bool = False
+    include_usage: bool = False  # stream_options: a last chunk with the usage
+
+    @property
+    def candidates(self) -> int:
+        """How many best tokens the model lists per step: chat's `top_logprobs` counts the sampled one."""
+        return self.top_logprobs
+
+
+@dataclass(frozen=True, kw_only=True)
+class ChatRequest(Generation):
+    """The `/v1/chat/completions` fields the engine honours, validated."""
+
+    messages: list[dict[str, Any]]
+    tools: list[dict[str, Any]] | None = None
+    tool_choice: str | dict[str, Any] | None = None
+    template_kwargs: dict[str, Any] = field(default_factory=dict)
 
     @property
     def parse_tools(self) -> bool:
         """Tool calls are parsed out of the text when tools are offered and not switched off, as in vLLM."""
-        return bool(self.tools) and self.tool_choice != "none"
+        return ToolUse.of(self.tools, self.tool_choice).parse
+
+
+@dataclass(frozen=True, kw_only=True)
+class CompletionRequest(Generation):
+    """The `/v1/completions` fields the engine honours: one prompt, as text or as token ids."""
+
+    prompt: str | list[int]
+    continuous_usage: bool = False  # stream_options.continuous_usage_stats: usage on every chunk
+    tokens_as_ids: bool = False  # return_tokens_as_token_ids: logprobs name tokens `token_id:N`
+
+    @property
+    def candidates(self) -> int:
+        """The legacy `logprobs: k` lists the sampled token and the k best, so k + 1 may be needed."""
+        return self.top_logprobs + 1 if self.logprobs else 0
 
 
 def parse_chat(body: dict[str, Any], max_model_len: int) -> ChatRequest:
@@ -72,33 +99,70 @@ def parse_chat(body: dict[str, Any], max_model_len: int) -> ChatRequest:
         raise invalid("messages", "Field required", "missing")
     messages = _messages(body["messages"])
     tools = _optional(body, "tools", list)
-    max_tokens = _max_tokens(body, max_model_len)
     logprobs = bool(_optional(body, "logprobs", bool))
-    top_logprobs = _optional(body, "top_logprobs", int) or 0
-    if not 0 <= top_logprobs <= MAX_TOP_LOGPROBS:
-        raise EngineError(f"top_logprobs must be between 0 and {MAX_TOP_LOGPROBS}", param="top_logprobs")
+    top_logprobs = _top_logprobs(body, "top_logprobs") or 0
     if top_logprobs and not logprobs:
         raise EngineError("when using `top_logprobs`, `logprobs` must be set to true.", param="top_logprobs")
-    if (_optional(body, "n", int) or 1) != 1:
-        raise EngineError("The embedded engine answers one choice per request (n=1).", param="n")
-    stream_options = _optional(body, "stream_options", dict) or {}
     return ChatRequest(
         messages=messages,
         tools=tools,
         tool_choice=_tool_choice(body.get("tool_choice"), tools),
-        max_tokens=max_tokens,
-        temperature=_number(body, "temperature", 1.0, 0.0, 2.0),
-        top_p=_number(body, "top_p", 1.0, 1e-9, 1.0),
-        seed=_optional(body, "seed", int),
-        stop=_stop(body.get("stop")),
-        stop_token_ids=_stop_token_ids(body),
-        logprobs=logprobs,
-        top_logprobs=top_logprobs,
-        return_token_ids=bool(_optional(body, "return_token_ids", bool)),
         template_kwargs=_optional(body, "chat_template_kwargs", dict) or {},
-        stream=bool(_optional(body, "stream", bool)),
-        include_usage=bool(stream_options.get("include_usage")),
+        **_generation(body, max_model_len, None), logprobs=logprobs, top_logprobs=top_logprobs,
     )
+
+
+def parse_completion(body: dict[str, Any], max_model_len: int) -> CompletionRequest:
+    """Validate a completions request; `max_tokens` defaults to 16 there, as in vLLM and OpenAI."""
+    if "prompt" not in body:
+        raise invalid("prompt", "Field required", "missing")
+    if _optional(body, "echo", bool):
+        raise EngineError("The embedded engine does not support `echo`.", param="echo")
+    top = _top_logprobs(body, "logprobs")
+    return CompletionRequest(
+        prompt=_prompt(body["prompt"]), **_generation(body, max_model_len, 16),
+        logprobs=top is not None, top_logprobs=top or 0,
+        continuous_usage=bool((_optional(body, "stream_options", dict) or {}).get("continuous_usage_stats")),
+        tokens_as_ids=bool(_optional(body, "return_tokens_as_token_ids", bool)),
+    )
+
+
+def _generation(body: dict[str, Any], max_model_len: int, default_max: int | None) -> dict[str, Any]:
+    """The shared fields of either route, as keyword arguments."""
+    if (_optional(body, "n", int) or 1) != 1:
+        raise EngineError("The embedded engine answers one choice per request (n=1).", param="n")
+    max_tokens = _max_tokens(body, max_model_len)
+    return {
+        "max_tokens": default_max if max_tokens is None else max_tokens,
+        "temperature": _number(body, "temperature", 1.0, 0.0, 2.0),
+        "top_p": _number(body, "top_p", 1.0, 1e-9, 1.0),
+        "seed": _optional(body, "seed", int),
+        "stop": _stop(body.get("stop")),
+        "stop_token_ids": _stop_token_ids(body),
+        "return_token_ids": bool(_optional(body, "return_token_ids", bool)),
+        "stream": bool(_optional(body, "stream", bool)),
+        "include_usage": bool((_optional(body, "stream_options", dict) or {}).get("include_usage")),
+    }
+
+
+def _top_logprobs(body: dict[str, Any], name: str) -> int | None:
+    value = _optional(body, name, int)
+    if value is not None and not 0 <= value <= MAX_TOP_LOGPROBS:
+        raise EngineError(f"{name} must be between 0 and {MAX_TOP_LOGPROBS}", param=name)
+    return value
+
+
+def _prompt(value: Any) -> str | list[int]:
+    """Text, token ids, or a batch of exactly one of either (the SDK's `prompt=[ids]`)."""
+    if isinstance(value, list) and len(value) == 1 and isinstance(value[0], list | str):
+        value = value[0]
+    if isinstance(value, str) and value:
+        return value
+    if isinstance(value, list) and value and all(isinstance(i, int) and not isinstance(i, bool) for i in value):
+        return value
+    if isinstance(value, list) and value and all(isinstance(p, list | str) for p in value):
+        raise EngineError("The embedded engine answers one prompt per request.", param="prompt")
+    raise invalid("prompt", "Input should be a non-empty string or a non-empty list of token ids", "prompt_type")
 
 
 def _optional(body: dict[str, Any], name: str, kind: type) -> Any:

@@ -9,11 +9,12 @@ from __future__ import annotations
 import json
 import secrets
 import time
+from collections.abc import Callable
 from typing import Any
 
 from tracetap.engine.completion import Completion
 from tracetap.engine.model import Step
-from tracetap.engine.request import ChatRequest
+from tracetap.engine.request import ChatRequest, CompletionRequest
 from tracetap.engine.tokenizer import ChatTokenizer
 
 SYSTEM_FINGERPRINT = "tracetap-engine-0.1.0"
@@ -52,6 +53,62 @@ def chat_completion(
     }
 
 
+def text_completion(
+    done: Completion, request: CompletionRequest, tokenizer: ChatTokenizer, model: str,
+) -> dict[str, Any]:
+    """The non-streaming `/v1/completions` body: token data on the choice, legacy-shaped logprobs."""
+    ids = [step.token_id for step in done.steps] if request.return_token_ids else None
+    choice = {
+        "index": 0,
+        "text": done.text,
+        "logprobs": _legacy_logprobs(done.steps, request, tokenizer) if request.logprobs else None,
+        "finish_reason": done.finish_reason,
+        "stop_reason": done.stop_reason,
+        "token_ids": ids,
+        "prompt_logprobs": None,
+        "prompt_token_ids": done.prompt_ids if request.return_token_ids else None,
+        "routed_experts": None,
+    }
+    return {
+        **_head(f"cmpl-{secrets.token_hex(8)}", "text_completion", model),
+        "choices": [choice],
+        "service_tier": None,
+        "system_fingerprint": SYSTEM_FINGERPRINT,
+        "usage": {**_usage(done), "prompt_tokens_details": None, "completion_tokens_details": None},
+        "kv_transfer_params": None,
+        "ec_transfer_params": None,
+        "metrics": None,
+    }
+
+
+def text_chunks(
+    done: Completion, request: CompletionRequest, tokenizer: ChatTokenizer, model: str,
+) -> list[dict]:
+    """The same completion as vLLM's `/v1/completions` SSE chunks: one per token, then the usage.
+
+    The first chunk's choice carries `prompt_token_ids`; `text_offset` counts on across chunks.
+    """
+    head = _head(f"cmpl-{secrets.token_hex(8)}", "text_completion", model)
+    pieces = _pieces(done.text, [step.token_id for step in done.steps], tokenizer)
+    logprobs = _legacy_logprobs(done.steps, request, tokenizer) if request.logprobs else None
+    chunks = []
+    for index, (step, piece) in enumerate(zip(done.steps, pieces, strict=True)):
+        last = index == len(done.steps) - 1
+        choice = {
+            "index": 0, "text": piece,
+            "logprobs": {key: [values[index]] for key, values in logprobs.items()} if logprobs else None,
+            "finish_reason": done.finish_reason if last else None,
+            "stop_reason": done.stop_reason if last else None,
+        }
+        if request.return_token_ids:
+            choice.update(prompt_token_ids=None if index else done.prompt_ids, token_ids=[step.token_id])
+        usage = {"usage": _usage(done, index + 1)} if request.continuous_usage else {}
+        chunks.append({**head, "choices": [choice], **usage})
+    if request.include_usage:
+        chunks.append({**head, "choices": [], "usage": _usage(done), "system_fingerprint": SYSTEM_FINGERPRINT})
+    return chunks
+
+
 def chat_chunks(done: Completion, request: ChatRequest, tokenizer: ChatTokenizer, model: str) -> list[dict]:
     """The same completion as vLLM's SSE chunks: role (with prompt ids), one chunk per token, usage.
 
@@ -62,7 +119,9 @@ def chat_chunks(done: Completion, request: ChatRequest, tokenizer: ChatTokenizer
     if request.return_token_ids:
         role.update(prompt_token_ids=done.prompt_ids, prompt_text=None)
     chunks = [role]
-    pieces = _pieces(done, tokenizer)
+    structured = done.message["tool_calls"] or done.message["reasoning"]
+    ids = [step.token_id for step in done.steps]
+    pieces = [""] * len(ids) if structured else _pieces(done.message["content"] or "", ids, tokenizer)
     for index, (step, piece) in enumerate(zip(done.steps, pieces, strict=True)):
         last = index == len(done.steps) - 1
         delta = _final_delta(done.message, piece) if last else ({"content": piece} if piece else {})
@@ -109,8 +168,9 @@ def _head(response_id: str, kind: str, model: str) -> dict[str, Any]:
     return {"id": response_id, "object": kind, "created": int(time.time()), "model": model}
 
 
-def _usage(done: Completion) -> dict[str, int]:
-    prompt, completion = len(done.prompt_ids), len(done.steps)
+def _usage(done: Completion, sampled: int | None = None) -> dict[str, int]:
+    """Token counts; `sampled` counts the tokens sent so far (continuous usage in a stream)."""
+    prompt, completion = len(done.prompt_ids), len(done.steps) if sampled is None else sampled
     return {"prompt_tokens": prompt, "total_tokens": prompt + completion, "completion_tokens": completion}
 
 
@@ -138,6 +198,30 @@ def _logprobs(steps: list[Step], tokenizer: ChatTokenizer) -> dict[str, Any]:
     }
 
 
+def _legacy_logprobs(steps: list[Step], request: CompletionRequest, tokenizer: ChatTokenizer) -> dict[str, list]:
+    """`{text_offset, token_logprobs, tokens, top_logprobs}`; each top dict is the sampled token, then the k best.
+
+    Offsets count the token names, as vLLM's do (so `token_id:N` names count their own length)."""
+    def name(token_id: int) -> str:
+        return f"token_id:{token_id}" if request.tokens_as_ids else tokenizer.decode([token_id])
+
+    tokens = [name(step.token_id) for step in steps]
+    offsets = [sum(len(token) for token in tokens[:i]) for i in range(len(tokens))]
+    return {
+        "text_offset": offsets,
+        "token_logprobs": [max(step.logprob, LOWEST_LOGPROB) for step in steps],
+        "tokens": tokens,
+        "top_logprobs": [_legacy_top(step, request.top_logprobs, name) for step in steps],
+    }
+
+
+def _legacy_top(step: Step, k: int, name: Callable[[int], str]) -> dict[str, float]:
+    """The step lists the sampled token and k others, so its k best by logprob are the true top k."""
+    best = sorted(step.top, key=lambda pair: -pair[1])[:k]
+    pairs = [(step.token_id, step.logprob), *best]
+    return {name(token_id): max(logprob, LOWEST_LOGPROB) for token_id, logprob in pairs}
+
+
 def _entry(token_id: int, logprob: float, tokenizer: ChatTokenizer) -> dict[str, Any]:
     """`token` is the token's own decoded text; `bytes` its exact bytes (even a partial UTF-8 sequence)."""
     return {
@@ -163,13 +247,9 @@ def _final_delta(message: dict[str, Any], piece: str) -> dict[str, Any]:
     return delta
 
 
-def _pieces(done: Completion, tokenizer: ChatTokenizer) -> list[str]:
-    """Each token's share of the content (partial characters held back); the pieces join to the content."""
-    message = done.message
-    if message["tool_calls"] or message["reasoning"]:
-        return [""] * len(done.steps)
-    content, sent, pieces = message["content"] or "", 0, []
-    ids = [step.token_id for step in done.steps]
+def _pieces(content: str, ids: list[int], tokenizer: ChatTokenizer) -> list[str]:
+    """Each token's share of the text (partial characters held back); the pieces join to `content`."""
+    sent, pieces = 0, []
     for end in range(1, len(ids)):
         text = tokenizer.decode(ids[:end], skip_special_tokens=True)
         upto = sent if text.endswith("\ufffd") else min(len(text), len(content))

@@ -16,7 +16,7 @@ from urllib.parse import urlsplit
 
 from tracetap.engine import responses
 from tracetap.engine.completion import MAX_MODEL_LEN, Engine
-from tracetap.engine.request import EngineError, parse_chat, parse_json
+from tracetap.engine.request import EngineError, parse_chat, parse_completion, parse_json
 from tracetap.engine.script import Script
 
 SESSION_HEADER = "x-tracetap-session"
@@ -87,6 +87,14 @@ class EngineServer:
             return 200, responses.sse(responses.chat_chunks(done, request, tokenizer, self.served_model))
         return 200, responses.chat_completion(done, request, tokenizer, self.served_model)
 
+    def completions(self, handler: Handler) -> tuple[int, Any]:
+        request = parse_completion(parse_json(handler.body()), self.engine.max_model_len)
+        done = self.engine.complete_prompt(request, handler.headers.get(SESSION_HEADER))
+        tokenizer = self.engine.tokenizer
+        if request.stream:
+            return 200, responses.sse(responses.text_chunks(done, request, tokenizer, self.served_model))
+        return 200, responses.text_completion(done, request, tokenizer, self.served_model)
+
     def tokenize(self, handler: Handler) -> tuple[int, Any]:
         body = parse_json(handler.body())
         if "messages" in body:
@@ -112,6 +120,7 @@ ROUTES = {
     "/health": ("GET", EngineServer.health),
     "/v1/models": ("GET", EngineServer.list_models),
     "/v1/chat/completions": ("POST", EngineServer.chat),
+    "/v1/completions": ("POST", EngineServer.completions),
     "/tokenize": ("POST", EngineServer.tokenize),
     "/detokenize": ("POST", EngineServer.detokenize),
 }

@@ -80,6 +80,14 @@ def load_tokenizer(cache_dir: Path | None = None) -> ChatTokenizer:
 
 
 @cache
+def open_tokenizer(folder: Path) -> ChatTokenizer:
+    """A served model's own tokenizer folder (transformers format, its chat template included), as is."""
+    from transformers import AutoTokenizer
+
+    return ChatTokenizer(AutoTokenizer.from_pretrained(str(folder)))
+
+
+@cache
 def _load(folder: Path) -> ChatTokenizer:
     """One instance per cache folder per process (loading takes a second or two)."""
     from transformers import AutoTokenizer

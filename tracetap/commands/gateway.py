@@ -74,13 +74,20 @@ if TYPE_CHECKING:
 @click.option("--redact-key", "redact_keys", multiple=True, metavar="NAME",
               help="Another key name whose values are secrets, masked in the store and never sent upstream "
                    "(any spelling: camelCase, snake_case, kebab-case; repeatable).")
+@click.option("--tokenize", type=click.Choice(["upstream", "gateway"]), default="upstream", show_default=True,
+              help="Who turns the chat into prompt tokens: the upstream's chat endpoint, or the gateway itself "
+                   "(chat template + tokenizer, then the upstream's /v1/completions with token ids).")
+@click.option("--tokenizer", type=click.Path(exists=True, file_okay=False, path_type=Path), default=None,
+              help="The served model's tokenizer folder (transformers) for --tokenize gateway; default with "
+                   "the embedded engine: its own tokenizer.")
 def command(store: StorePath, listen: tuple[str, int], upstreams: tuple[str, ...], upstream_file: Path | None,
             upstream_kind: str, served_model: str | None,
             script: Path | None, max_model_len: int, timeout: float, max_body: int | None, idle_compact: float,
             replay: Path | None, replay_session: str | None, replay_miss: str, replay_ignore: tuple[str, ...],
             redact_keys: tuple[str, ...], mode: str, provider_hosts: tuple[str, ...],
             passed: tuple[str, ...], proxy_session: str | None, policy_version: str | None,
-            control_token: str | None, pause_wait: float, on_pause: str) -> None:
+            control_token: str | None, pause_wait: float, on_pause: str, tokenize: str,
+            tokenizer: Path | None) -> None:
     """Run the gateway until Ctrl-C / SIGTERM.
 
     Point a harness at the printed base URLs; every call is recorded in STORE at token level.
@@ -94,6 +101,7 @@ def command(store: StorePath, listen: tuple[str, int], upstreams: tuple[str, ...
 
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     upstream, pool = _engines(upstreams, upstream_file, script, replay)
+    _check_tokenize(tokenize, tokenizer, upstream, upstream_kind, replay, pool)
     replaying = _replay_options(store, replay, replay_session, replay_miss, replay_ignore)
     proxy = _proxy_policy(mode, provider_hosts, passed, proxy_session)
     proxied = {"proxy_session": proxy_session} if proxy_session else {}
@@ -101,6 +109,7 @@ def command(store: StorePath, listen: tuple[str, int], upstreams: tuple[str, ...
     engine = _start_engine(script, served_model, max_model_len) if upstream == LOCAL else None
     try:
         url = engine.url if engine else upstream
+        limits.update(_tokenizing(tokenize, tokenizer, engine))
         run_gateway(store, listen[0], listen[1], url, upstream_kind, served_model, confdir=ca_dir(), proxy=proxy,
                     on_ready=lambda host, port: _announce(host, port, store, url, upstream_kind, replay, proxy),
                     timeout=timeout, idle_seconds=idle_compact, compact_every=_compact_every(idle_compact),
@@ -189,6 +198,26 @@ def _fence_options(policy_version: str | None, control_token: str | None) -> dic
             raise click.BadParameter("use at least 16 printable characters", param_hint="--control-token")
         options["control_token"] = control_token
     return options
+
+
+def _check_tokenize(tokenize: str, tokenizer: Path | None, upstream: str, kind: str, replay: Path | None,
+                    pool: list[str]) -> None:
+    """`--tokenize gateway` needs a tokenizer (the embedded engine brings its own) and one vLLM-style upstream."""
+    if tokenize == "upstream":
+        if tokenizer is not None:
+            raise click.UsageError("--tokenizer is used by --tokenize gateway only")
+        return
+    if tokenizer is None and upstream != LOCAL:
+        raise click.UsageError("--tokenize gateway with --upstream URL needs --tokenizer DIR (the served model's)")
+    if kind != "vllm" or replay is not None or pool:
+        raise click.UsageError("--tokenize gateway works with one vLLM-style upstream and without --replay")
+
+
+def _tokenizing(tokenize: str, tokenizer: Path | None, engine: Any) -> dict[str, str]:
+    """The addon's tokenizer option: the folder given, else the embedded engine's own tokenizer."""
+    if tokenize == "upstream":
+        return {}
+    return {"tokenizer": str(tokenizer or engine.engine.home / "tokenizer")}
 
 
 def _compact_every(idle_seconds: float) -> float:

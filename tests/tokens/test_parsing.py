@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from tracetap.engine.parsing import find_stop, parse_reply
+from tracetap.tokens.parsing import find_stop, parse_reply
 
 CALL = '<tool_call>\n{"name": "Bash", "arguments": {"command": "ls"}}\n</tool_call>'
 LS, PWD = ("Bash", {"command": "ls"}), ("Bash", {"command": "pwd"})

@@ -1,0 +1,142 @@
+"""`--tokenize gateway`: the gateway renders and tokenizes each prompt itself and parses the sampled ids.
+
+The chat request the adapters built is rendered with the served model's chat template and tokenizer, sent
+to the upstream's `/v1/completions` as token ids (asking for the sampled ids and logprobs), and the answer
+is turned back into a vLLM chat completion (tokens/message.py), so the adapters, the store and the
+provider shapes work exactly as in `upstream` mode. The stored `chat_request` stays the chat request (what
+replay matches on); `metadata_json` says `{"tokenization": "gateway"}`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+from tracetap.capture.answer_fields import InvalidAnswer
+from tracetap.capture.jsontext import dumps
+from tracetap.capture.upstream import UpstreamClient, UpstreamError, UpstreamResult, parse_chat_response
+from tracetap.engine.tokenizer import ChatTokenizer
+from tracetap.tokens.message import ToolUse, chat_message
+
+# chat fields `/v1/completions` takes as they are (vLLM's sampling parameters)
+SAMPLING = ("model", "temperature", "top_p", "top_k", "min_p", "seed", "stop", "stop_token_ids", "n",
+            "presence_penalty", "frequency_penalty", "repetition_penalty", "logit_bias", "ignore_eos",
+            "min_tokens", "include_stop_str_in_output")
+METADATA = {"tokenization": "gateway"}
+
+
+class TokenizingUpstream:
+    """The `Upstream` of `--tokenize gateway`: prompts as token ids, answers parsed here."""
+
+    def __init__(self, client: UpstreamClient, tokenizer: ChatTokenizer) -> None:
+        self.client, self.tokenizer = client, tokenizer
+
+    @property
+    def models(self) -> list[str]:
+        return self.client.models
+
+    @models.setter
+    def models(self, names: list[str]) -> None:
+        self.client.models = names
+
+    @property
+    def served_model(self) -> str | None:
+        return self.client.served_model
+
+    @served_model.setter
+    def served_model(self, name: str | None) -> None:
+        self.client.served_model = name
+
+    async def discover(self) -> list[str]:
+        return await self.client.discover()
+
+    async def resolve_model(self, requested: str | None) -> str | None:
+        return await self.client.resolve_model(requested)
+
+    async def tokenize(self, chat_request: dict) -> int:
+        return len(await asyncio.to_thread(self._render, chat_request))
+
+    async def aclose(self) -> None:
+        await self.client.aclose()
+
+    async def chat(self, chat_request: dict, session_id: str | None = None) -> UpstreamResult:
+        """Render, call `/v1/completions` with the ids, parse; errors as UpstreamError like the client's."""
+        started = time.perf_counter()
+        prompt = await asyncio.to_thread(self._render, chat_request)
+        sent = self._completions_request(chat_request, prompt)
+        try:
+            answer = await self.client.post_json("/v1/completions", dumps(sent), session_id)
+            body = await asyncio.to_thread(self._as_chat, chat_request, answer)
+            capture = parse_chat_response(body)
+        except UpstreamError as exc:
+            exc.request, exc.metadata = chat_request, dict(METADATA)
+            raise
+        except (InvalidAnswer, KeyError, IndexError, TypeError, ValueError) as exc:
+            raise UpstreamError("invalid", f"the upstream's completion is unusable: {exc}", 502) from None
+        ms = (time.perf_counter() - started) * 1000
+        return UpstreamResult(chat_request, body, capture, ms, dict(METADATA), request_json=dumps(chat_request),
+                              engine=self.client.base_url)
+
+    def _render(self, chat_request: dict) -> list[int]:
+        """The prompt ids; a history the template cannot render is the caller's 400."""
+        try:
+            text = self.tokenizer.render(
+                chat_request.get("messages") or [], chat_request.get("tools"), True,
+                **(chat_request.get("chat_template_kwargs") or {}),
+            )
+        except Exception as exc:  # jinja raises anything on a malformed history
+            message = f"Could not render the chat template: {exc}"
+            raise UpstreamError("http", message, 400, {"error": {"message": message}}) from None
+        return self.tokenizer.encode(text)
+
+    def _completions_request(self, chat_request: dict, prompt: list[int]) -> dict[str, Any]:
+        """The chat request's sampling fields with the prompt as ids; token data asked for as in chat."""
+        sent = {key: chat_request[key] for key in SAMPLING if chat_request.get(key) is not None}
+        asked = chat_request.get("max_completion_tokens") or chat_request.get("max_tokens")
+        room = (self.client.max_model_len or 0) - len(prompt)
+        if asked or room > 0:  # chat's default is the rest of the context; completions' is only 16
+            sent["max_tokens"] = asked or room
+        top = chat_request.get("top_logprobs") if chat_request.get("logprobs") is True else 0
+        sent.update(prompt=prompt, logprobs=top or 0, return_token_ids=True, return_tokens_as_token_ids=True,
+                    stream=False)
+        return sent
+
+    def _as_chat(self, chat_request: dict, answer: dict) -> dict[str, Any]:
+        """vLLM's chat completion body for the completions answer (the shape upstream mode gets)."""
+        choice = answer["choices"][0]
+        ids = choice["token_ids"]
+        tools = ToolUse.of(chat_request.get("tools"), chat_request.get("tool_choice"))
+        parsed, finish = chat_message(ids, choice["finish_reason"], choice.get("stop_reason"), self.tokenizer,
+                                      tools, bool(chat_request.get("include_stop_str_in_output")))
+        message = {"role": "assistant", "content": parsed["content"], "reasoning": parsed["reasoning"]}
+        if parsed["tool_calls"]:
+            message["tool_calls"] = parsed["tool_calls"]
+        out_choice = {"index": 0, "message": message, "finish_reason": finish,
+                      "stop_reason": choice.get("stop_reason"), "token_ids": ids,
+                      "logprobs": self._logprobs(ids, choice.get("logprobs"), chat_request)}
+        head = {key: answer.get(key) for key in ("created", "model", "system_fingerprint", "usage")}
+        return {"id": f"chatcmpl-{str(answer.get('id', '')).removeprefix('cmpl-')}", "object": "chat.completion",
+                **head, "choices": [out_choice], "prompt_token_ids": choice.get("prompt_token_ids")}
+
+    def _logprobs(self, ids: list[int], legacy: dict | None, chat_request: dict) -> dict | None:
+        """Chat-shaped entries from the legacy form, the alternatives in the upstream's order (sampled
+        one first); tokens named `token_id:N` keep their id, so text and bytes come from the tokenizer."""
+        if not legacy:
+            return None
+        k = chat_request.get("top_logprobs") if chat_request.get("logprobs") is True else 0
+        tops = legacy.get("top_logprobs") or [{} for _ in ids]
+        return {"content": [
+            {**self._entry(f"token_id:{token_id}", logprob),
+             "top_logprobs": [self._entry(name, value) for name, value in list((top or {}).items())[: k or 0]]}
+            for token_id, logprob, top in zip(ids, legacy["token_logprobs"], tops, strict=True)
+        ]}
+
+    def _entry(self, name: str, logprob: float) -> dict[str, Any]:
+        """`{token, logprob, bytes}` (+ `token_id` when the name carries one; else the name is the text)."""
+        digits = name.removeprefix("token_id:")
+        if not (name.startswith("token_id:") and digits.isdigit()):
+            return {"token": name, "logprob": logprob, "bytes": list(name.encode())}
+        token_id = int(digits)
+        text, raw = self.tokenizer.decode([token_id]), self.tokenizer.token_bytes(token_id)
+        return {"token": text, "token_id": token_id, "logprob": logprob, "bytes": list(raw)}

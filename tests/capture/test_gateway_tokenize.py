@@ -1,0 +1,174 @@
+"""`--tokenize gateway` end to end: real gateway processes over the scripted embedded engine, one in each
+tokenization mode, driven by the official `openai` and `anthropic` SDKs; the store is read back.
+
+The gateway renders the prompt with the engine's own tokenizer and calls `/v1/completions` with the ids,
+so each caller must get the same answer as in `upstream` mode, and the store the same token data.
+"""
+
+from __future__ import annotations
+
+import json
+
+import anthropic
+import httpx
+import live
+import openai
+import pytest
+from tracetap.engine.tokenizer import load_tokenizer
+
+COMMAND = {"type": "object", "properties": {"command": {"type": "string"}}, "required": ["command"]}
+TOOLS = [{"type": "function",
+          "function": {"name": "Bash", "description": "Run a shell command.", "parameters": COMMAND}}]
+LS = {"function": {"name": "Bash", "arguments": {"command": "ls"}}}
+SCRIPT = [
+    {"content": "Let me look.", "tool_calls": [LS]},
+    {"content": "There are two files.", "reasoning": "The listing answered it."},
+]
+FIRST_TURN = [{"role": "system", "content": "You are terse."}, {"role": "user", "content": "What is here?"}]
+
+
+@pytest.fixture(scope="module")
+def gateways(tmp_path_factory, tracetap_home):
+    root = tmp_path_factory.mktemp("tokenize")
+    (root / "a").mkdir(), (root / "b").mkdir()
+    with live.scripted_gateway(root / "a", SCRIPT) as upstream_mode, \
+            live.scripted_gateway(root / "b", SCRIPT, "--tokenize", "gateway") as gateway_mode:
+        yield {"upstream": upstream_mode, "gateway": gateway_mode}
+
+
+def openai_agent(gw, session: str) -> list:
+    """Two turns: the scripted tool call, its result, the scripted answer with reasoning."""
+    chat = openai.OpenAI(base_url=f"{gw.url}/v1", api_key=f"sk-tap-{session}", max_retries=0)
+    messages = list(FIRST_TURN)
+    first = chat.chat.completions.create(model="gpt-4o", messages=messages, tools=TOOLS, max_tokens=64)
+    call = first.choices[0].message.tool_calls[0]
+    messages += [first.choices[0].message.model_dump(exclude_none=True),
+                 {"role": "tool", "tool_call_id": call.id, "content": "a.py\nb.py"}]
+    second = chat.chat.completions.create(model="gpt-4o", messages=messages, tools=TOOLS)
+    return [first, second]
+
+
+def anthropic_agent(gw, session: str) -> list:
+    client = anthropic.Anthropic(base_url=gw.url, api_key=f"sk-tap-{session}", max_retries=0)
+    tool = {"name": "Bash", "description": "Run a shell command.", "input_schema": COMMAND}
+    messages: list = [{"role": "user", "content": "What is here?"}]
+    first = client.messages.create(model="claude-test", max_tokens=64, system="You are terse.",
+                                   messages=messages, tools=[tool])
+    use = next(block for block in first.content if block.type == "tool_use")
+    messages += [{"role": "assistant", "content": [b.model_dump(exclude_none=True) for b in first.content]},
+                 {"role": "user", "content": [{"type": "tool_result", "tool_use_id": use.id,
+                                               "content": "a.py\nb.py"}]}]
+    second = client.messages.create(model="claude-test", max_tokens=256, system="You are terse.",
+                                    messages=messages, tools=[tool])
+    return [first, second]
+
+
+def rows_of(gw, session: str) -> list[dict]:
+    """The session's two recorded completions (the API key `sk-tap-<session>` names the session)."""
+    rows = live.store_rows(gw.store, "session_id = ?", [f"sk-tap-{session}"])
+    assert len(rows) == 2 and all(r["status"] == "ok" for r in rows)
+    return rows
+
+
+def token_data(gw, session: str) -> list[tuple]:
+    rows = rows_of(gw, session)
+    return [(r["prompt_token_ids"], r["completion_token_ids"], r["logprobs"], r["finish_reason"]) for r in rows]
+
+
+def test_openai_agent_gets_the_same_answers_and_tokens_in_both_modes(gateways) -> None:
+    answers = {mode: openai_agent(gw, f"oa-{mode}") for mode, gw in gateways.items()}
+    first, second = answers["gateway"]
+    call = first.choices[0].message.tool_calls[0]
+    assert first.choices[0].finish_reason == "tool_calls" and first.choices[0].message.content == "Let me look."
+    assert call.function.name == "Bash" and json.loads(call.function.arguments) == {"command": "ls"}
+    assert second.choices[0].message.content == "There are two files."
+    assert [a.choices[0].message.content for a in answers["upstream"]] == ["Let me look.", "There are two files."]
+    assert token_data(gateways["gateway"], "oa-gateway") == token_data(gateways["upstream"], "oa-upstream")
+
+
+def test_gateway_mode_records_its_tokenization_and_the_rendered_prompt(gateways) -> None:
+    gw = gateways["gateway"]
+    openai_agent(gw, "oa-meta")
+    rows = rows_of(gw, "oa-meta")
+    tokenizer = load_tokenizer()
+    first_prompt = tokenizer.encode(tokenizer.render(FIRST_TURN, TOOLS))
+    assert [json.loads(r["metadata_json"])["tokenization"] for r in rows] == ["gateway", "gateway"]
+    assert rows[0]["prompt_token_ids"] == first_prompt
+    assert json.loads(rows[0]["chat_request_json"])["messages"] == FIRST_TURN  # replay still matches on it
+
+
+def test_anthropic_agent_gets_the_same_answers_and_tokens_in_both_modes(gateways) -> None:
+    answers = {mode: anthropic_agent(gw, f"an-{mode}") for mode, gw in gateways.items()}
+    for mode in answers:
+        first, second = answers[mode]
+        assert first.stop_reason == "tool_use" and [b.type for b in first.content] == ["text", "tool_use"]
+        assert [b.type for b in second.content] == ["thinking", "text"], mode
+        assert second.content[1].text == "There are two files."
+    assert token_data(gateways["gateway"], "an-gateway") == token_data(gateways["upstream"], "an-upstream")
+
+
+def test_a_history_the_template_cannot_render_is_the_callers_400(gateways) -> None:
+    body = {"model": "gpt-4o", "messages": [{"role": "user", "content": {"not": "text"}}]}
+    response = httpx.post(f"{gateways['gateway'].url}/v1/chat/completions", json=body, timeout=30)
+    assert response.status_code == 400
+    assert set(response.json()["error"]) >= {"message", "type"}
+
+
+def responses_agent(gw, session: str) -> list:
+    """The Responses API as Codex drives it: a function call, then its output answered over a stream."""
+    sdk = openai.OpenAI(base_url=f"{gw.url}/v1", api_key=f"sk-tap-{session}", max_retries=0)
+    tool = {"type": "function", "name": "Bash", "description": "Run a shell command.", "parameters": COMMAND}
+    common = {"model": "gpt-5", "instructions": "You are terse.", "tools": [tool], "store": False}
+    history: list = [{"role": "user", "content": "What is here?"}]
+    first = sdk.responses.create(input=history, **common)
+    call = first.output[-1]
+    history += [item.model_dump(exclude_none=True) for item in first.output]
+    history.append({"type": "function_call_output", "call_id": call.call_id, "output": "a.py\nb.py"})
+    with sdk.responses.stream(input=history, **common) as stream:
+        second = stream.get_final_response()
+    return [first, second]
+
+
+def test_responses_stream_gets_the_same_output_in_both_modes(gateways) -> None:
+    answers = {mode: responses_agent(gw, f"re-{mode}") for mode, gw in gateways.items()}
+    for first, second in answers.values():
+        assert first.output[-1].type == "function_call" and second.output_text == "There are two files."
+    assert token_data(gateways["gateway"], "re-gateway") == token_data(gateways["upstream"], "re-upstream")
+
+
+@pytest.mark.parametrize(("body", "status"), [
+    ({"max_tokens": 3}, 200),  # cut: `length`, the partial text
+    ({"messages": [{"role": "user", "content": "word " * 5000}]}, 400),  # over the engine's context
+    ({"max_tokens": 5000}, 400),  # over max_model_len
+])
+def test_truncation_and_upstream_errors_match_upstream_mode(gateways, body: dict, status: int) -> None:
+    sent = {"model": "gpt-4o", "messages": FIRST_TURN, "tools": TOOLS, **body}
+    answers = {mode: httpx.post(f"{gw.url}/v1/chat/completions", json=sent, timeout=60)
+               for mode, gw in gateways.items()}
+    assert {mode: a.status_code for mode, a in answers.items()} == {"upstream": status, "gateway": status}
+    if status == 200:
+        choices = [a.json()["choices"][0] for a in answers.values()]
+        assert choices[0]["finish_reason"] == choices[1]["finish_reason"] == "length"
+        assert choices[0]["message"]["content"] == choices[1]["message"]["content"]
+    else:
+        messages = [a.json()["error"]["message"] for a in answers.values()]
+        assert messages[0] == messages[1]
+
+
+def test_logprobs_and_alternatives_match_upstream_mode_and_keep_their_ids(gateways) -> None:
+    sent = {"model": "gpt-4o", "messages": FIRST_TURN, "tools": TOOLS, "logprobs": True, "top_logprobs": 2}
+    entries = {}
+    for mode, gw in gateways.items():
+        sdk = openai.OpenAI(base_url=f"{gw.url}/v1", api_key=f"sk-tap-lp-{mode}", max_retries=0)
+        entries[mode] = sdk.chat.completions.create(**sent).choices[0].logprobs.model_dump()["content"]
+
+    def seen(entry: dict) -> tuple:
+        return entry["token"], entry["logprob"], entry["bytes"]
+
+    assert [seen(e) for e in entries["gateway"]] == [seen(e) for e in entries["upstream"]]
+    assert [[seen(t) for t in e["top_logprobs"]] for e in entries["gateway"]] == \
+        [[seen(t) for t in e["top_logprobs"]] for e in entries["upstream"]]
+    (row,) = live.store_rows(gateways["gateway"].store, "session_id = ?", ["sk-tap-lp-gateway"])
+    tops = json.loads(row["top_logprobs"]) if isinstance(row["top_logprobs"], str) else row["top_logprobs"]
+    assert len(tops) == len(row["completion_token_ids"]) and all(len(step) == 2 for step in tops)
+    assert [step[0]["token_id"] for step in tops] == row["completion_token_ids"]  # the sampled one, by id
