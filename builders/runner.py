@@ -3,7 +3,8 @@
 Sessions are built a few at a time (BUILD_THREADS), so memory is bounded by the largest sessions,
 not the store: one thread's Parquet decoding and fsyncs (which release the GIL) overlap another's
 routing. Results are taken in session order. Token columns are handed to the builders as numpy
-views over the Arrow buffers (no per-token Python objects). Each session's traces replace
+views over the Arrow buffers (no per-token Python objects), prompts in the compact form capture
+stored (a reference and a suffix), so no prompt is read whole unless a builder needs it. Each session's traces replace
 `trajectories/builder=<name>/session_id=<sid>/part-0.parquet` atomically; a session with no trace
 gets an empty file, so a rebuild never leaves stale traces.
 """
@@ -21,12 +22,12 @@ import pyarrow as pa
 from tracetap.builders import per_request, prefix_merging
 from tracetap.builders.base import Builder
 from tracetap.builders.drift import Decode
-from tracetap.store import StorePath, StoreReader, validate_session_id, write_session_table
+from tracetap.store import Reader, StorePath, StoreReader, validate_session_id, write_session_table
 
 READ_COLUMNS = ["session_id", "seq", "completion_id", "task_id", "status", "http_status", "served_model",
-                "prompt_token_ids", "completion_token_ids", "logprobs", "finish_reason", "tool_calls",
-                "chat_response_json", "policy_version"]
-NUMPY_COLUMNS = {"prompt_token_ids": np.int32, "completion_token_ids": np.int32, "logprobs": np.float32}
+                "prompt_ref_seq", "prompt_ref_len", "prompt_suffix_ids", "completion_token_ids", "logprobs",
+                "finish_reason", "tool_calls", "chat_response_json", "policy_version"]
+NUMPY_COLUMNS = {"prompt_suffix_ids": np.int32, "completion_token_ids": np.int32, "logprobs": np.float32}
 OUTPUT_FILE = "part-0.parquet"
 BUILD_THREADS = 2  # sessions in flight: ~1.5x faster prefix_merging on 2 cores (benchmarks/build.py)
 BUILDERS: dict[str, Builder] = {
@@ -102,7 +103,7 @@ def load_session(store_root: StorePath | str, session_id: str) -> tuple[list[dic
     return _load(StoreReader(store_root), session_id)
 
 
-def _load(reader: StoreReader, session_id: str) -> tuple[list[dict], dict | None]:
+def _load(reader: Reader, session_id: str) -> tuple[list[dict], dict | None]:
     return table_rows(reader.completions(session_id, READ_COLUMNS)), reader.session(session_id)
 
 
@@ -119,7 +120,7 @@ def build(store_root: StorePath | str, builder: str, session_ids: Iterable[str] 
         raise ValueError(f"unknown builder {builder!r}; builders: {', '.join(BUILDERS)}")
     if eot_id is not None and (isinstance(eot_id, bool) or not isinstance(eot_id, int) or eot_id < 0):
         raise ValueError(f"end-of-turn id must be a non-negative integer, got {eot_id!r}")
-    reader = StoreReader(store_root)
+    reader: Reader = StoreReader(store_root)
     known = reader.session_ids()
     wanted = known if session_ids is None else list(dict.fromkeys(map(validate_session_id, session_ids)))
     missing = sorted(set(wanted) - set(known))
@@ -138,7 +139,7 @@ def build(store_root: StorePath | str, builder: str, session_ids: Iterable[str] 
     return summary
 
 
-def _build_session(reader: StoreReader, builder: str, eot_id: int | None, decode: Decode | None,
+def _build_session(reader: Reader, builder: str, eot_id: int | None, decode: Decode | None,
                    sid: str) -> dict:
     """Build and write one session's traces; returns its stats."""
     rows, session = _load(reader, sid)
