@@ -62,8 +62,10 @@ def _prompts(table: pa.Table) -> list[np.ndarray | None]:
     return [prompts.prompt(seq) if seq in prompts else None for seq in table.column("seq").to_pylist()]
 
 
-def _compact(table: pa.Table) -> pa.Array:
+def _compact(table: pa.Table) -> pa.Array | pa.ChunkedArray:
     """`prompt_suffix_ids` with a prompt stored whole as its own suffix (it has no reference)."""
+    if table.column("prompt_token_ids").null_count == table.num_rows:
+        return table.column("prompt_suffix_ids")  # every prompt is stored compact (v2): nothing to fill
     suffixes, fulls = _lists(table.column("prompt_suffix_ids")), _lists(table.column("prompt_token_ids"))
     return _list_array([full if suffix is None else suffix for suffix, full in zip(suffixes, fulls, strict=True)])
 
@@ -92,7 +94,9 @@ def _bodies(table: pa.Table, body: str, blobs: dict[int, str]) -> pa.Array:
 
 def expand(table: pa.Table, columns: list[str]) -> pa.Table:
     """`columns` of one session's rows, in seq order, full; `table` holds at least `inputs(columns)`."""
-    table = table.sort_by("seq")
+    seqs = table.column("seq").to_numpy()
+    if not np.all(seqs[1:] > seqs[:-1]):  # files and log rows usually come in seq order already
+        table = table.sort_by("seq")
     full = {}
     if "prompt_token_ids" in columns:
         full["prompt_token_ids"] = _list_array(_prompts(table))
