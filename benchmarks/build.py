@@ -30,7 +30,7 @@ from pathlib import Path
 
 import duckdb
 from synthetic_chat import Shape, session_id, write_sessions
-from tracetap.builders.runner import BUILD_THREADS, build, list_sessions
+from tracetap.builders.runner import BUILD_THREADS, READ_BATCH, build, list_sessions
 from tracetap.store import StoreReader, compact_store
 
 KINDS = ("scan", "prefix_merging", "per_request")
@@ -178,7 +178,8 @@ def markdown(stages: list[dict], shape: Shape, repeat: int) -> str:
         f"{last['largest_session_tokens'] * 4 / 2**20:.1f} MiB of int32 ids). Each step runs in a fresh "
         f"process (median of {repeat}); peak RSS is its VmHWM, growth is over its RSS right before the step "
         f"(interpreter and libraries loaded). Warm page cache; DuckDB uses all {os.cpu_count()} cores, the "
-        f"builders run {BUILD_THREADS} sessions at a time (builders.runner.BUILD_THREADS).",
+        f"builders read sessions in batches of {READ_BATCH} and run {BUILD_THREADS} batches at a time "
+        "(builders.runner READ_BATCH, BUILD_THREADS).",
         "",
         "| sessions | step | seconds | M tokens/s | x scan | peak RSS MiB | RSS growth MiB | traces | tokens in traces "
         "| loss-1 tokens | written MiB/session |",

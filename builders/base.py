@@ -1,8 +1,9 @@
 """What both builders share: completions as `Call`s, trace rows in the `trajectories` shape.
 
 A builder is a pure function `(completions, eot_id=None, session=None, decode=None) -> (traces, stats)` over one
-session: `completions` are that session's rows of the `completions` table as stored (any status,
-any order; seq and completion_id set; token lists as lists or numpy arrays), `session` its
+session: `completions` are that session's rows of the `completions` table (any status, any order;
+seq and completion_id set; token lists as lists or numpy arrays; prompts as `prompt_token_ids` or in
+the compact columns `prompt_ref_seq`, `prompt_ref_len`, `prompt_suffix_ids`), `session` its
 `sessions` row when known. Traces come back as `trajectories` rows (token columns as numpy arrays,
 `metadata_json` holding the stats and where each call's sampled ids sit); stats as a dict.
 """
@@ -12,26 +13,50 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 from tracetap.builders.tokens import ids
 from tracetap.builders.trainability import not_trainable_reasons
+from tracetap.store import Prompts, Stored
 
 Builder = Callable[..., tuple[list[dict], dict]]
 
 
 @dataclass(frozen=True)
 class Call:
-    """One `ok` completion with token ids: the unit the builders route and merge."""
+    """One `ok` completion with token ids: the unit the builders route and merge.
+
+    Its prompt is kept as stored (a reference into an earlier call plus a suffix, see store.Prompts) and
+    materialized whole only when a builder reads `prompt`: routing a turn that extends its chain's tip
+    needs only the new tail.
+    """
 
     completion_id: str
     seq: int
-    prompt: np.ndarray
     sampled: np.ndarray
     logprobs: np.ndarray | None  # aligned with `sampled`, else None
     finish_reason: str | None
     empty_truncation: bool  # cut at `length` with no text or tool call for the harness to keep
+    prompts: Prompts  # the session's prompts, this call's among them
     policy_version: str | None = None  # the weights that sampled it, when known
+
+    @cached_property
+    def prompt(self) -> np.ndarray:
+        return self.prompts.prompt(self.seq)
+
+    @property
+    def prompt_len(self) -> int:
+        return self.prompts.length(self.seq)
+
+    @property
+    def stored(self) -> Stored:
+        """The prompt as capture stored it: which earlier call it extends, by how many tokens."""
+        return self.prompts.stored(self.seq)
+
+    def tail(self, start: int) -> np.ndarray:
+        """`prompt[start:]`, without materializing the whole prompt when it is not already."""
+        return self.prompt[start:] if "prompt" in self.__dict__ else self.prompts.prompt(self.seq, start)
 
 
 def _aligned_logprobs(row: dict, sampled: np.ndarray) -> np.ndarray | None:
@@ -52,16 +77,36 @@ def _visible(row: dict, sampled: np.ndarray) -> bool:
         return len(sampled) > 0
 
 
-def to_call(row: dict) -> Call | None:
+def _stored(row: dict) -> Stored | None:
+    """The row's prompt as stored: compact columns when the reader gave them, else its whole ids."""
+    sampled = ids(row.get("completion_token_ids"))
+    if row.get("prompt_suffix_ids") is not None:
+        ref = row.get("prompt_ref_seq")
+        return Stored(None if ref is None else int(ref), int(row.get("prompt_ref_len") or 0),
+                      ids(row["prompt_suffix_ids"]), sampled)
+    if row.get("prompt_token_ids") is not None:
+        return Stored(None, 0, ids(row["prompt_token_ids"]), sampled)
+    return None
+
+
+def session_prompts(rows: list[dict]) -> Prompts:
+    """The prompts of a session's rows (in seq order), whatever their status: later calls refer to them."""
+    prompts = Prompts([])
+    for row in rows:
+        if (stored := _stored(row)) is not None:
+            prompts.add(int(row["seq"]), stored)
+    return prompts
+
+
+def to_call(row: dict, prompts: Prompts) -> Call | None:
     """The row as a Call, or None when it lacks prompt or sampled ids (it cannot be trained on)."""
-    if row.get("prompt_token_ids") is None or row.get("completion_token_ids") is None:
+    if int(row["seq"]) not in prompts or row.get("completion_token_ids") is None:
         return None
     sampled = ids(row["completion_token_ids"])
     return Call(
-        completion_id=row["completion_id"], seq=int(row["seq"]), prompt=ids(row["prompt_token_ids"]),
-        sampled=sampled, logprobs=_aligned_logprobs(row, sampled),
-        finish_reason=row.get("finish_reason"),
-        empty_truncation=row.get("finish_reason") == "length" and not _visible(row, sampled),
+        completion_id=row["completion_id"], seq=int(row["seq"]), sampled=sampled,
+        logprobs=_aligned_logprobs(row, sampled), finish_reason=row.get("finish_reason"),
+        empty_truncation=row.get("finish_reason") == "length" and not _visible(row, sampled), prompts=prompts,
         policy_version=row.get("policy_version"),
     )
 
@@ -83,10 +128,11 @@ class SessionInput:
 def prepare(completions: list[dict], session: dict | None = None) -> SessionInput:
     """Sort by seq, keep ok rows (never `degraded` ones), split off those without ids, judge trainability."""
     rows = sorted(completions, key=lambda row: row["seq"])
+    prompts = session_prompts(rows)
     calls, unusable = [], []
     for row in rows:
         if row.get("status") == "ok":
-            call = to_call(row)
+            call = to_call(row, prompts)
             if call is None:
                 unusable.append(row)
             else:

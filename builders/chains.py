@@ -25,6 +25,12 @@ on a tie: a plain retry keeps the last attempt); the others open chains of their
 attempt with no continuation that a later attempt at the same prompt repeated: it is recorded and left
 out. Any other attempt without continuation (a parallel sample after the one that was continued)
 stays a one-turn chain.
+
+Most calls are placed without a comparison: capture stores each prompt as the longest earlier
+sequence (prompt + sampled ids) it extends plus a suffix (store.Prompts), so a call whose reference
+covers the whole sequence of an attempt at a tip turn extends that tip verbatim (rule 1), unless
+another tip starts with that one; only the new tail is then materialized. Every other call (drift,
+a rewritten history, a sub-agent, a retry) goes through the comparisons above.
 """
 
 from __future__ import annotations
@@ -63,6 +69,10 @@ class Turn:
     @property
     def prompt(self) -> np.ndarray:
         return self.attempts[0].prompt
+
+    @property
+    def prompt_len(self) -> int:
+        return self.attempts[0].prompt_len
 
 
 @dataclass(frozen=True)
@@ -115,6 +125,10 @@ class Segment:
     def tip(self) -> np.ndarray:
         return self.turns[-1].prompt
 
+    @property
+    def tip_len(self) -> int:
+        return self.turns[-1].prompt_len
+
 
 def _ends_turn(call: Call, eot: int) -> bool:
     return len(call.sampled) > 0 and call.sampled[-1] == eot
@@ -158,6 +172,9 @@ class Router:
         return self.segments
 
     def _place(self, position: int, call: Call) -> None:
+        if (continued := self._continued(call)) is not None:
+            self._extend(continued, call, Match(continued.tip_len, "extend", verbatim=True))
+            return
         matches = [(match, seg) for seg in self.segments if (match := self._match(seg, call.prompt))]
         if matches:
             match, segment = _best(matches)
@@ -167,6 +184,28 @@ class Router:
             self._open(call, target.chain, "canonical_prefix_break", broken=target)
         else:
             self._open(call)
+
+    def _continued(self, call: Call) -> Segment | None:
+        """The segment `call` extends verbatim by what capture stored, when the comparison would pick it too.
+
+        Capture stored the prompt as the whole sequence (prompt + sampled ids) of an attempt at a tip
+        turn plus a suffix: it extends that tip, its tail starting with the attempt's sampled ids. No
+        other segment can match as long unless that tip is a prefix of its own tip (every match is
+        at most the tokens a tip shares with the prompt), so only those are compared, tip to tip.
+        """
+        ref, length = call.stored.ref, call.stored.length
+        for segment in self.segments if ref is not None else ():
+            attempt = next((a for a in segment.turns[-1].attempts if a.seq == ref), None)
+            if attempt is not None:
+                tip_len = segment.tip_len
+                covered = len(attempt.sampled) > 0 and tip_len > 0 and length == tip_len + len(attempt.sampled)
+                return segment if covered and not self._rivalled(segment) else None
+        return None
+
+    def _rivalled(self, segment: Segment) -> bool:
+        """Whether another segment's tip starts with this one's (it might match a prompt as long)."""
+        return any(other is not segment and other.tip_len >= segment.tip_len and is_prefix(segment.tip, other.tip)
+                   for other in self.segments)
 
     def _match(self, segment: Segment, prompt: np.ndarray) -> Match | None:
         """How the prompt continues the segment, or None."""
@@ -193,7 +232,7 @@ class Router:
         segment.last_seq = call.seq
 
     def _extend(self, segment: Segment, call: Call, match: Match) -> None:
-        tail = call.prompt[match.length:]
+        tail = call.tail(match.length)
         eot = self.eot
         eot_at = find_first(tail, eot) if eot is not None else -1
         if eot is None or eot_at < 0:
@@ -205,8 +244,8 @@ class Router:
                                                        _likeness(attempt, tail, eot_at, eot)))
         canonical, before = _interstitial(kept, tail, eot_at, eot)
         ids = (kept.completion_id, call.completion_id)
-        if match.length < len(segment.tip):
-            segment.drift.append(template_drift(len(segment.tip) - match.length, match.length, ids))
+        if match.length < segment.tip_len:
+            segment.drift.append(template_drift(segment.tip_len - match.length, match.length, ids))
         segment.drift += turn_drift(kept.sampled, canonical, match.length, ids, self.decode)
         self._append(segment, Turn(before, [call]))
 

@@ -54,6 +54,8 @@ def _common_suffix_len(a: np.ndarray, b: np.ndarray, limit: int) -> int:
 
 def _differing(sampled: np.ndarray, copy: np.ndarray) -> list[tuple[int, int, int, int]]:
     """(sampled start, end, copy start, end) of each differing region."""
+    if np.array_equal(sampled, copy):  # the usual turn: copied verbatim, one pass instead of two
+        return []
     head = common_prefix_len(sampled, copy)
     tail = _common_suffix_len(sampled[head:], copy[head:], min(len(sampled), len(copy)) - head)
     a, b = sampled[head:len(sampled) - tail], copy[head:len(copy) - tail]

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 
-from tracetap.store import StoreReader
+from tracetap.store import Reader
 
 SCHEMA_VERSION = "ATIF-v1.4"
 COLUMNS = [
@@ -142,7 +142,7 @@ def _walk_trace(steps: _Steps, trace: dict, completions: dict[str, dict], missin
         previous = messages
 
 
-def session_completions(reader: StoreReader, session_id: str) -> dict[str, dict]:
+def session_completions(reader: Reader, session_id: str) -> dict[str, dict]:
     return {row["completion_id"]: row for row in reader.completions(session_id, COLUMNS).to_pylist()}
 
 

@@ -19,7 +19,7 @@ from tracetap.builders.export_atif import atif_document, session_completions
 from tracetap.builders.export_budget import apply_budget
 from tracetap.builders.export_writers import JsonDirSink, JsonlSink, ParquetSink
 from tracetap.builders.rewards import join_session, load_rewards
-from tracetap.store import StorePath, StoreReader, store_path, validate_name
+from tracetap.store import Reader, StorePath, StoreReader, store_path, validate_name
 
 FORMATS = ("parquet", "jsonl", "slime", "verl", "atif")
 
@@ -47,7 +47,7 @@ def trajectory_sessions(root: StorePath | str, builder: str) -> list[str]:
     return StoreReader(root).trajectory_session_ids(builder)
 
 
-def _session_info(reader: StoreReader, session_ids: list[str]) -> dict[str, dict]:
+def _session_info(reader: Reader, session_ids: list[str]) -> dict[str, dict]:
     info = {}
     for row in reader.sessions(session_ids):
         try:
@@ -83,7 +83,7 @@ class _Rows:
 
 
 class _Atif:
-    def __init__(self, out: Path, force: bool, reader: StoreReader, builder: str, evaluator: str | None) -> None:
+    def __init__(self, out: Path, force: bool, reader: Reader, builder: str, evaluator: str | None) -> None:
         self.sink, self.reader, self.builder, self.evaluator = JsonDirSink(out, force), reader, builder, evaluator
 
     def add(self, session: dict, traces: list[dict], rows: list[dict]) -> None:
@@ -92,7 +92,7 @@ class _Atif:
                                  atif_document(session, traces, completions, self.builder, self.evaluator))
 
 
-def _sessions(reader: StoreReader, builder: str, session_ids: list[str],
+def _sessions(reader: Reader, builder: str, session_ids: list[str],
               evaluator: str | None) -> Iterator[tuple[dict, list]]:
     """(session info, traces joined with rewards) per session, read one session at a time."""
     infos = _session_info(reader, session_ids)
@@ -135,7 +135,7 @@ def export(root: StorePath | str, builder: str, fmt: str, out: Path | str, *, ma
         raise ExportError("--max-tokens needs a positive number and a token-level format (not atif)")
     if evaluator:
         validate_name(evaluator, "evaluator name")
-    reader = StoreReader(root)
+    reader: Reader = StoreReader(root)
     sessions = reader.trajectory_session_ids(builder)
     if session_ids is not None:
         sessions = [sid for sid in sessions if sid in set(session_ids)]

@@ -14,10 +14,10 @@ from __future__ import annotations
 
 import json
 
-from tracetap.store import StoreReader
+from tracetap.store import Reader
 
 
-def load_rewards(reader: StoreReader, evaluator: str) -> dict[str, dict]:
+def load_rewards(reader: Reader, evaluator: str) -> dict[str, dict]:
     """Each session's reward row for `evaluator` (the latest when a session was scored twice)."""
     return {row["session_id"]: row for row in reader.rewards(evaluator)}
 

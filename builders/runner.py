@@ -1,9 +1,11 @@
 """Run a builder over a store: read each session's completions, write its `trajectories` partition.
 
-Sessions are built a few at a time (BUILD_THREADS), so memory is bounded by the largest sessions,
-not the store: one thread's Parquet decoding and fsyncs (which release the GIL) overlap another's
-routing. Results are taken in session order. Token columns are handed to the builders as numpy
-views over the Arrow buffers (no per-token Python objects). Each session's traces replace
+Sessions are read in small batches (READ_BATCH) and built a batch or two at a time (BUILD_THREADS),
+so memory is bounded by the largest sessions, not the store: one thread's Parquet decoding and
+fsyncs (which release the GIL) overlap another's routing. Results are taken in session order. Token
+columns are handed to the builders as numpy views over the Arrow buffers (no per-token Python
+objects), prompts in the compact form capture stored (a reference and a suffix), so no prompt is
+read whole unless a builder needs it. Each session's traces replace
 `trajectories/builder=<name>/session_id=<sid>/part-0.parquet` atomically; a session with no trace
 gets an empty file, so a rebuild never leaves stale traces.
 """
@@ -21,14 +23,15 @@ import pyarrow as pa
 from tracetap.builders import per_request, prefix_merging
 from tracetap.builders.base import Builder
 from tracetap.builders.drift import Decode
-from tracetap.store import StorePath, StoreReader, validate_session_id, write_session_table
+from tracetap.store import Reader, StorePath, StoreReader, validate_session_id, write_session_table
 
 READ_COLUMNS = ["session_id", "seq", "completion_id", "task_id", "status", "http_status", "served_model",
-                "prompt_token_ids", "completion_token_ids", "logprobs", "finish_reason", "tool_calls",
-                "chat_response_json", "policy_version"]
-NUMPY_COLUMNS = {"prompt_token_ids": np.int32, "completion_token_ids": np.int32, "logprobs": np.float32}
+                "prompt_ref_seq", "prompt_ref_len", "prompt_suffix_ids", "completion_token_ids", "logprobs",
+                "finish_reason", "tool_calls", "chat_response_json", "policy_version"]
+NUMPY_COLUMNS = {"prompt_suffix_ids": np.int32, "completion_token_ids": np.int32, "logprobs": np.float32}
 OUTPUT_FILE = "part-0.parquet"
-BUILD_THREADS = 2  # sessions in flight: ~1.5x faster prefix_merging on 2 cores (benchmarks/build.py)
+BUILD_THREADS = 2  # batches in flight: ~1.5x faster prefix_merging on 2 cores (benchmarks/build.py)
+READ_BATCH = 8  # sessions read together: one store listing per batch, not per session and table
 BUILDERS: dict[str, Builder] = {
     per_request.NAME: per_request.build_session,
     prefix_merging.NAME: prefix_merging.merge_session,
@@ -99,11 +102,14 @@ def table_rows(table: pa.Table) -> list[dict]:
 
 def load_session(store_root: StorePath | str, session_id: str) -> tuple[list[dict], dict | None]:
     """(the session's completion rows in seq order, its sessions row or None)."""
-    return _load(StoreReader(store_root), session_id)
+    return _load_batch(StoreReader(store_root), [validate_session_id(session_id)])[0]
 
 
-def _load(reader: StoreReader, session_id: str) -> tuple[list[dict], dict | None]:
-    return table_rows(reader.completions(session_id, READ_COLUMNS)), reader.session(session_id)
+def _load_batch(reader: Reader, session_ids: list[str]) -> list[tuple[list[dict], dict | None]]:
+    """Each session's (completion rows, sessions row), read with one listing per table."""
+    tables = reader.completions_of(session_ids, READ_COLUMNS)
+    sessions = {row["session_id"]: row for row in reader.sessions(session_ids)}
+    return [(table_rows(tables[sid]), sessions.get(sid)) for sid in session_ids]
 
 
 def build(store_root: StorePath | str, builder: str, session_ids: Iterable[str] | None = None,
@@ -119,7 +125,7 @@ def build(store_root: StorePath | str, builder: str, session_ids: Iterable[str] 
         raise ValueError(f"unknown builder {builder!r}; builders: {', '.join(BUILDERS)}")
     if eot_id is not None and (isinstance(eot_id, bool) or not isinstance(eot_id, int) or eot_id < 0):
         raise ValueError(f"end-of-turn id must be a non-negative integer, got {eot_id!r}")
-    reader = StoreReader(store_root)
+    reader: Reader = StoreReader(store_root)
     known = reader.session_ids()
     wanted = known if session_ids is None else list(dict.fromkeys(map(validate_session_id, session_ids)))
     missing = sorted(set(wanted) - set(known))
@@ -128,20 +134,24 @@ def build(store_root: StorePath | str, builder: str, session_ids: Iterable[str] 
     summary = BuildSummary(builder)
     pool = ThreadPoolExecutor(BUILD_THREADS, thread_name_prefix="tracetap-build")
     try:
-        results = pool.map(partial(_build_session, reader, builder, eot_id, decode), wanted)
-        for sid, stats in zip(wanted, results, strict=True):
-            summary.add(sid, stats)
-            if progress is not None:
-                progress(sid)
+        batches = [wanted[start:start + READ_BATCH] for start in range(0, len(wanted), READ_BATCH)]
+        results = pool.map(partial(_build_batch, reader, builder, eot_id, decode), batches)
+        for batch, stats in zip(batches, results, strict=True):
+            for sid, session_stats in zip(batch, stats, strict=True):
+                summary.add(sid, session_stats)
+                if progress is not None:
+                    progress(sid)
     finally:
         pool.shutdown(cancel_futures=True)  # after an error, sessions not yet started are not built
     return summary
 
 
-def _build_session(reader: StoreReader, builder: str, eot_id: int | None, decode: Decode | None,
-                   sid: str) -> dict:
-    """Build and write one session's traces; returns its stats."""
-    rows, session = _load(reader, sid)
-    traces, stats = BUILDERS[builder](rows, eot_id=eot_id, session=session, decode=decode)
-    write_session_table(reader.root, "trajectories", sid, traces, OUTPUT_FILE, builder=builder)
+def _build_batch(reader: Reader, builder: str, eot_id: int | None, decode: Decode | None,
+                 session_ids: list[str]) -> list[dict]:
+    """Build and write a few sessions' traces; returns their stats."""
+    stats = []
+    for sid, (rows, session) in zip(session_ids, _load_batch(reader, session_ids), strict=True):
+        traces, session_stats = BUILDERS[builder](rows, eot_id=eot_id, session=session, decode=decode)
+        write_session_table(reader.root, "trajectories", sid, traces, OUTPUT_FILE, builder=builder)
+        stats.append(session_stats)
     return stats

@@ -20,6 +20,7 @@ from tracetap.store.location import (
 )
 from tracetap.store.migrate import Migration, migrate_store
 from tracetap.store.paths import InvalidSessionId, session_dir, task_file, validate_name, validate_session_id
+from tracetap.store.prompts import Prompts, Stored
 from tracetap.store.reader import Reader, StoreReader, read_task, read_tasks
 from tracetap.store.schema import SCHEMA_VERSION, TABLES, describe, empty_row
 from tracetap.store.tables import write_session_table
@@ -33,12 +34,14 @@ __all__ = [
     "InvalidSessionId",
     "Migration",
     "ObjectPath",
+    "Prompts",
     "Reader",
     "StoreConnection",
     "StoreError",
     "StorePath",
     "StoreReader",
     "StoreWriter",
+    "Stored",
     "check_reachable",
     "check_store",
     "compact_session",

@@ -2,7 +2,9 @@
 
 `expand` takes one session's stored rows (any order, any file version: a row with no compact columns
 is already full) and gives them in seq order with `prompt_token_ids`, `request_json` and
-`chat_request_json` whole. The SQL view does the same in store/catalog.py.
+`chat_request_json` whole. The SQL view does the same in store/catalog.py. Asked for the compact token
+columns instead, it gives every row's prompt in compact form, a prompt stored whole as a suffix with no
+reference: the builders route on them (builders/chains.py) and read no full prompt they do not need.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 from tracetap.store.compact_form import BODIES, TOKEN_COLUMNS, join_body, refs_column, template_column
+from tracetap.store.prompts import EMPTY, Prompts, Stored
 
 TOKEN_INPUTS = ("prompt_token_ids", *TOKEN_COLUMNS, "completion_token_ids")
 
@@ -17,7 +20,7 @@ TOKEN_INPUTS = ("prompt_token_ids", *TOKEN_COLUMNS, "completion_token_ids")
 def inputs(columns: list[str]) -> list[str]:
     """The stored columns needed to give `columns` in full (plus `seq`, the order)."""
     needed = ["seq", *columns]
-    if "prompt_token_ids" in columns:
+    if "prompt_token_ids" in columns or "prompt_suffix_ids" in columns:
         needed += TOKEN_INPUTS
     for body in BODIES:
         if body in columns:
@@ -36,24 +39,35 @@ def _lists(column: pa.ChunkedArray) -> list[np.ndarray | None]:
     return out
 
 
-def _prompts(table: pa.Table) -> list[np.ndarray | None]:
-    """Each row's full prompt ids; `table` is in seq order."""
+def _session_prompts(table: pa.Table) -> Prompts:
+    """The prompts of one session's stored rows in seq order (those with prompt ids), compact or whole."""
     seqs = table.column("seq").to_pylist()
     refs, lengths = table.column("prompt_ref_seq").to_pylist(), table.column("prompt_ref_len").to_pylist()
     suffixes, fulls = _lists(table.column("prompt_suffix_ids")), _lists(table.column("prompt_token_ids"))
     completions = _lists(table.column("completion_token_ids"))
-    sequences: dict[int, np.ndarray] = {}
-    prompts = []
+    prompts = Prompts([])
     for seq, ref, length, suffix, full, completion in zip(seqs, refs, lengths, suffixes, fulls, completions,
                                                            strict=True):
+        sampled = EMPTY if completion is None else completion
         if suffix is not None:
-            if ref is not None and ref not in sequences:
-                raise ValueError(f"completion seq {seq} refers to seq {ref}, which has no prompt")
-            full = np.concatenate([sequences[ref][:length], suffix]) if ref is not None else suffix
-        if full is not None:
-            sequences[seq] = full if completion is None else np.concatenate([full, completion])
-        prompts.append(full)
+            prompts.add(seq, Stored(ref, length or 0, suffix, sampled))
+        elif full is not None:
+            prompts.add(seq, Stored(None, 0, full, sampled))
     return prompts
+
+
+def _prompts(table: pa.Table) -> list[np.ndarray | None]:
+    """Each row's full prompt ids; `table` is in seq order."""
+    prompts = _session_prompts(table)
+    return [prompts.prompt(seq) if seq in prompts else None for seq in table.column("seq").to_pylist()]
+
+
+def _compact(table: pa.Table) -> pa.Array | pa.ChunkedArray:
+    """`prompt_suffix_ids` with a prompt stored whole as its own suffix (it has no reference)."""
+    if table.column("prompt_token_ids").null_count == table.num_rows:
+        return table.column("prompt_suffix_ids")  # every prompt is stored compact (v2): nothing to fill
+    suffixes, fulls = _lists(table.column("prompt_suffix_ids")), _lists(table.column("prompt_token_ids"))
+    return _list_array([full if suffix is None else suffix for suffix, full in zip(suffixes, fulls, strict=True)])
 
 
 def _list_array(rows: list[np.ndarray | None]) -> pa.Array:
@@ -80,10 +94,14 @@ def _bodies(table: pa.Table, body: str, blobs: dict[int, str]) -> pa.Array:
 
 def expand(table: pa.Table, columns: list[str]) -> pa.Table:
     """`columns` of one session's rows, in seq order, full; `table` holds at least `inputs(columns)`."""
-    table = table.sort_by("seq")
+    seqs = table.column("seq").to_numpy()
+    if not np.all(seqs[1:] > seqs[:-1]):  # files and log rows usually come in seq order already
+        table = table.sort_by("seq")
     full = {}
     if "prompt_token_ids" in columns:
         full["prompt_token_ids"] = _list_array(_prompts(table))
+    if "prompt_suffix_ids" in columns:
+        full["prompt_suffix_ids"] = _compact(table)
     if any(body in columns for body in BODIES):
         blobs = _blobs(table)
         full.update({body: _bodies(table, body, blobs) for body in BODIES if body in columns})

@@ -68,8 +68,13 @@ def _stored(root: StorePath, listed: Snapshot, session_ids: Collection[str] | No
     logged = logged.select(columns)
     wanted = sorted(set(listed.completions) | set(in_log)) if session_ids is None else list(session_ids)
     files = {sid: list(listed.completions[sid].files) if sid in listed.completions else [] for sid in wanted}
-    return {sid: pa.concat_tables([read_parquet(files[sid], STORED_COMPLETIONS, columns),
-                                   logged.take(pa.array(in_log.get(sid, []), pa.int64()))]) for sid in wanted}
+    return {sid: _with_log(read_parquet(files[sid], STORED_COMPLETIONS, columns), logged, in_log.get(sid))
+            for sid in wanted}
+
+
+def _with_log(stored: pa.Table, logged: pa.Table, rows: list[int] | None) -> pa.Table:
+    """A session's file rows, then its visible log rows (none: the file rows as they are)."""
+    return pa.concat_tables([stored, logged.take(pa.array(rows, pa.int64()))]) if rows else stored
 
 
 def read_completions(root: StorePath | str, session_ids: Collection[str] | None = None,

@@ -63,8 +63,9 @@ def test_compacted_and_loose_files_read_alike(store_root):
         writer.close_session("a")
     after, session = load_session(store_root, "a")
     assert [r["completion_id"] for r in after] == [r["completion_id"] for r in before]
-    for old, new in zip(before, after, strict=True):
-        assert new["prompt_token_ids"].tolist() == old["prompt_token_ids"].tolist()
+    for old, new in zip(before, after, strict=True):  # prompts as builders read them: compact
+        assert new["prompt_suffix_ids"].tolist() == old["prompt_suffix_ids"].tolist()
+        assert (new["prompt_ref_seq"], new["prompt_ref_len"]) == (old["prompt_ref_seq"], old["prompt_ref_len"])
     assert session["status"] == "closed"
     summary = build(store_root, "prefix_merging", session_ids=["a"])
     assert summary.session_stats["a"]["completions_merged"] == 2
