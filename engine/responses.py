@@ -38,19 +38,8 @@ def chat_completion(
         "token_ids": [step.token_id for step in done.steps] if request.return_token_ids else None,
         "routed_experts": None,
     }
-    return {
-        **_head(completion_id(), "chat.completion", model),
-        "choices": [choice],
-        "service_tier": None,
-        "system_fingerprint": SYSTEM_FINGERPRINT,
-        "usage": {**_usage(done), "prompt_tokens_details": None, "completion_tokens_details": None},
-        "prompt_logprobs": None,
-        "prompt_token_ids": done.prompt_ids if request.return_token_ids else None,
-        "prompt_text": None,
-        "kv_transfer_params": None,
-        "ec_transfer_params": None,
-        "metrics": None,
-    }
+    return _body(_head(completion_id(), "chat.completion", model), choice, done, prompt_logprobs=None,
+                 prompt_token_ids=done.prompt_ids if request.return_token_ids else None, prompt_text=None)
 
 
 def text_completion(
@@ -69,12 +58,18 @@ def text_completion(
         "prompt_token_ids": done.prompt_ids if request.return_token_ids else None,
         "routed_experts": None,
     }
+    return _body(_head(f"cmpl-{secrets.token_hex(8)}", "text_completion", model), choice, done)
+
+
+def _body(head: dict[str, Any], choice: dict[str, Any], done: Completion, **fields: Any) -> dict[str, Any]:
+    """A non-streaming body in vLLM's key order: head, the choice, usage, `fields`, then the unused extras."""
     return {
-        **_head(f"cmpl-{secrets.token_hex(8)}", "text_completion", model),
+        **head,
         "choices": [choice],
         "service_tier": None,
         "system_fingerprint": SYSTEM_FINGERPRINT,
         "usage": {**_usage(done), "prompt_tokens_details": None, "completion_tokens_details": None},
+        **fields,
         "kv_transfer_params": None,
         "ec_transfer_params": None,
         "metrics": None,
