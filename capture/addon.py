@@ -140,9 +140,7 @@ class Gateway:
     def protocol_error(self, request: http.Request | None, status: int, message: str) -> http.Response:
         """mitmproxy's own refusals (malformed framing, a body over the limit) in the caller's API shape;
         `request` is None when even the request head could not be read."""
-        api = FALLBACK_API
-        if request is not None:
-            api = caller_api(request.path.partition("?")[0], {k.lower(): v for k, v in request.headers.items()})
+        api = FALLBACK_API if request is None else request_api(request)
         if status == 413:
             message = str(too_large(self.settings.max_body if self.settings else MAX_BODY))
         else:
@@ -155,6 +153,20 @@ class Gateway:
         if self.service is not None:
             await self.service.upstream.aclose()
             await asyncio.to_thread(self.service.writer.close)  # pending session rows reach disk
+
+
+def lowered(headers: http.Headers) -> dict[str, str]:
+    return {name.lower(): value for name, value in headers.items()}
+
+
+def request_api(request: http.Request) -> str:
+    """The API whose error shape the request's caller parses."""
+    return caller_api(request.path.partition("?")[0], lowered(request.headers))
+
+
+def error_response(request: http.Request, status: int, message: str, kind: str) -> http.Response:
+    """An error the gateway sends itself, in the caller's API shape."""
+    return _response(error_reply(request_api(request), status, message, kind))
 
 
 def _response(reply: Reply) -> http.Response:

@@ -19,9 +19,8 @@ from dataclasses import dataclass
 from urllib.parse import unquote
 
 from mitmproxy import ctx, http
-from tracetap.capture.addon import PASSED, Gateway
+from tracetap.capture.addon import PASSED, Gateway, error_response, lowered
 from tracetap.capture.detect import ANTHROPIC, GEMINI, OPENAI_CHAT
-from tracetap.capture.service import caller_api, error_reply
 from tracetap.capture.sessions import DEFAULT_SESSION, SESSION_HEADER, SessionError, checked_session
 
 logger = logging.getLogger("tracetap.gateway")
@@ -126,7 +125,7 @@ class ProxyMode:
     async def http_connect(self, flow: http.HTTPFlow) -> None:
         self.tunnels.add(flow.client_conn.id)
         try:
-            sid = credential_session(_lower(flow.request.headers))
+            sid = credential_session(lowered(flow.request.headers))
         except SessionError as exc:
             flow.response = http.Response.make(400, f"tracetap proxy: {exc}\n", _TEXT)
             return
@@ -143,10 +142,10 @@ class ProxyMode:
             flow.metadata[PASSED] = True
             return
         try:
-            sid = (credential_session(_lower(flow.request.headers)) or self.credentials.get(flow.client_conn.id)
+            sid = (credential_session(lowered(flow.request.headers)) or self.credentials.get(flow.client_conn.id)
                    or self.fallback)
         except SessionError as exc:
-            sid, flow.response = None, _error(flow.request, exc)
+            sid, flow.response = None, error_response(flow.request, 400, str(exc), "invalid_request")
         flow.request.headers.pop("proxy-authorization", None)
         if verdict == REFUSE:
             await self._refuse(flow, sid)
@@ -178,13 +177,3 @@ def _to_provider_path(request: http.Request) -> None:
     prefix = PATH_PREFIXES.get(request.host.lower().rstrip("."))
     if prefix and request.path.startswith(prefix + "/"):
         request.path = request.path[len(prefix):]
-
-
-def _lower(headers: http.Headers) -> dict[str, str]:
-    return {name.lower(): value for name, value in headers.items()}
-
-
-def _error(request: http.Request, exc: SessionError) -> http.Response:
-    api = caller_api(request.path.partition("?")[0], _lower(request.headers))
-    reply = error_reply(api, 400, str(exc), "invalid_request")
-    return http.Response.make(reply.status, reply.body, reply.headers)

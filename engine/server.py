@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import logging
 import threading
+from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -82,18 +83,18 @@ class EngineServer:
     def chat(self, handler: Handler) -> tuple[int, Any]:
         request = parse_chat(parse_json(handler.body()), self.engine.max_model_len)
         done = self.engine.complete(request, handler.headers.get(SESSION_HEADER))
-        tokenizer = self.engine.tokenizer
-        if request.stream:
-            return 200, responses.sse(responses.chat_chunks(done, request, tokenizer, self.served_model))
-        return 200, responses.chat_completion(done, request, tokenizer, self.served_model)
+        return self._answer(request, done, responses.chat_chunks, responses.chat_completion)
 
     def completions(self, handler: Handler) -> tuple[int, Any]:
         request = parse_completion(parse_json(handler.body()), self.engine.max_model_len)
         done = self.engine.complete_prompt(request, handler.headers.get(SESSION_HEADER))
-        tokenizer = self.engine.tokenizer
-        if request.stream:
-            return 200, responses.sse(responses.text_chunks(done, request, tokenizer, self.served_model))
-        return 200, responses.text_completion(done, request, tokenizer, self.served_model)
+        return self._answer(request, done, responses.text_chunks, responses.text_completion)
+
+    def _answer(self, request: Any, done: Any, chunks: Callable[..., Any],
+                body: Callable[..., Any]) -> tuple[int, Any]:
+        """A stream of `chunks` or one `body`, as the request asked."""
+        args = (done, request, self.engine.tokenizer, self.served_model)
+        return 200, responses.sse(chunks(*args)) if request.stream else body(*args)
 
     def tokenize(self, handler: Handler) -> tuple[int, Any]:
         body = parse_json(handler.body())
