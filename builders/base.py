@@ -40,6 +40,7 @@ class Call:
     empty_truncation: bool  # cut at `length` with no text or tool call for the harness to keep
     prompts: Prompts  # the session's prompts, this call's among them
     policy_version: str | None = None  # the weights that sampled it, when known
+    tokenization: str = "upstream"  # who tokenized its prompt: the upstream, or the gateway (token-in)
 
     @cached_property
     def prompt(self) -> np.ndarray:
@@ -107,8 +108,22 @@ def to_call(row: dict, prompts: Prompts) -> Call | None:
         completion_id=row["completion_id"], seq=int(row["seq"]), sampled=sampled,
         logprobs=_aligned_logprobs(row, sampled), finish_reason=row.get("finish_reason"),
         empty_truncation=row.get("finish_reason") == "length" and not _visible(row, sampled), prompts=prompts,
-        policy_version=row.get("policy_version"),
+        policy_version=row.get("policy_version"), tokenization=tokenization(row),
     )
+
+
+def tokenization(row: dict) -> str:
+    """`gateway` when the gateway rendered and tokenized the call's prompt (`--tokenize gateway`)."""
+    try:
+        return str(json.loads(row.get("metadata_json") or "{}").get("tokenization") or "upstream")
+    except (ValueError, AttributeError):
+        return "upstream"
+
+
+def trace_tokenization(calls: list[Call]) -> str | None:
+    """Which tokenization produced a trace: `upstream`, `gateway`, or `mixed`; None without calls."""
+    found = {call.tokenization for call in calls}
+    return found.pop() if len(found) == 1 else ("mixed" if found else None)
 
 
 @dataclass
@@ -178,7 +193,8 @@ def trace_row(builder: str, prompt: np.ndarray, parts: list[tuple[np.ndarray, Ca
         "response_logprobs": _concat(logprobs, np.float32) if aligned else None,
         "status": status,
         "reward": None,
-        "metadata_json": json.dumps({**metadata, "spans": spans, "policy_versions": list(dict.fromkeys(
+        "metadata_json": json.dumps({**metadata, "tokenization": trace_tokenization(
+            [call for _, call in parts if call is not None]), "spans": spans, "policy_versions": list(dict.fromkeys(
             span["policy_version"] for span in spans if span["policy_version"] is not None))}),
     }
 

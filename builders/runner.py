@@ -27,7 +27,7 @@ from tracetap.store import Reader, StorePath, StoreReader, validate_session_id, 
 
 READ_COLUMNS = ["session_id", "seq", "completion_id", "task_id", "status", "http_status", "served_model",
                 "prompt_ref_seq", "prompt_ref_len", "prompt_suffix_ids", "completion_token_ids", "logprobs",
-                "finish_reason", "tool_calls", "chat_response_json", "policy_version"]
+                "finish_reason", "tool_calls", "chat_response_json", "policy_version", "metadata_json"]
 NUMPY_COLUMNS = {"prompt_suffix_ids": np.int32, "completion_token_ids": np.int32, "logprobs": np.float32}
 OUTPUT_FILE = "part-0.parquet"
 BUILD_THREADS = 2  # batches in flight: ~1.5x faster prefix_merging on 2 cores (benchmarks/build.py)

@@ -63,7 +63,8 @@ class EnginePool:
     async def resolve_model(self, requested: str | None) -> str | None:
         return await self._any().client.resolve_model(requested)
 
-    async def chat(self, chat_request: dict, session_id: str | None = None) -> UpstreamResult:
+    async def chat(self, chat_request: dict, session_id: str | None = None,
+                   completion_id: str | None = None) -> UpstreamResult:
         """On the session's engine; when that engine cannot be reached the call goes once more, to the
         engine the session moves to (nothing was answered, so nobody saw a token of the first try)."""
         moves_left = 1

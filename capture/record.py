@@ -111,11 +111,10 @@ def _token_columns(capture: TokenCapture) -> dict:
 
 def _metadata(call: Call, capture_mode: str) -> dict:
     meta = {"capture_mode": capture_mode, "session_source": call.session_source,
-            "user_agent": call.user_agent, "harness": harness_hint(call.user_agent), **call.harness_ids,
-            **call.metadata}
+            "user_agent": call.user_agent, "harness": harness_hint(call.user_agent), **call.harness_ids}
     if call.capture is not None and call.capture.stop_reason is not None:
         meta["stop_reason"] = call.capture.stop_reason
-    return {k: v for k, v in meta.items() if v is not None}
+    return {k: v for k, v in meta.items() if v is not None} | call.metadata  # `continues: null` says: a new chain
 
 
 def harness_hint(user_agent: str | None) -> str | None:

@@ -152,7 +152,8 @@ class ReplayUpstream:
             await self.discover()
         return requested if requested in self.models else self.served_model or requested
 
-    async def chat(self, chat_request: dict, session_id: str | None = None) -> UpstreamResult:
+    async def chat(self, chat_request: dict, session_id: str | None = None,
+                   completion_id: str | None = None) -> UpstreamResult:
         started = time.perf_counter()
         sent = with_token_flags(chat_request, self.kind)
         wanted = canonical(sent, self.ignore)

@@ -217,7 +217,7 @@ class GatewayService:
             raise Reject(503, str(exc), "unavailable", headers={"retry-after": str(RETRY_AFTER)}) from None
         if version is not None:
             call.labels = {"policy_version": version, **call.labels}
-        return await self.fence.upstream(self.upstream.chat(chat_request, call.session_id))
+        return await self.fence.upstream(self.upstream.chat(chat_request, call.session_id, call.completion_id))
 
     async def _no_answer(self, call: Call, adapter: Adapter) -> Reply:
         call.http_status = 502

@@ -4,7 +4,8 @@ The chat request the adapters built is rendered with the served model's chat tem
 to the upstream's `/v1/completions` as token ids (asking for the sampled ids and logprobs), and the answer
 is turned back into a vLLM chat completion (tokens/message.py), so the adapters, the store and the
 provider shapes work exactly as in `upstream` mode. The stored `chat_request` stays the chat request (what
-replay matches on); `metadata_json` says `{"tokenization": "gateway"}`.
+replay matches on); `metadata_json` says `{"tokenization": "gateway"}`, which earlier completion the prompt
+continues and how many tokens it added (capture/continuity.py).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import time
 from typing import Any
 
 from tracetap.capture.answer_fields import InvalidAnswer
+from tracetap.capture.continuity import Continuity, Prompt
 from tracetap.capture.jsontext import dumps
 from tracetap.capture.upstream import UpstreamClient, UpstreamError, UpstreamResult, parse_chat_response
 from tracetap.engine.tokenizer import ChatTokenizer
@@ -22,7 +24,7 @@ from tracetap.tokens.message import ToolUse, chat_message
 # chat fields `/v1/completions` takes as they are (vLLM's sampling parameters)
 SAMPLING = ("model", "temperature", "top_p", "top_k", "min_p", "seed", "stop", "stop_token_ids", "n",
             "presence_penalty", "frequency_penalty", "repetition_penalty", "logit_bias", "ignore_eos",
-            "min_tokens", "include_stop_str_in_output")
+            "min_tokens", "include_stop_str_in_output", "structured_outputs")
 METADATA = {"tokenization": "gateway"}
 
 
@@ -31,6 +33,7 @@ class TokenizingUpstream:
 
     def __init__(self, client: UpstreamClient, tokenizer: ChatTokenizer) -> None:
         self.client, self.tokenizer = client, tokenizer
+        self.continuity = Continuity(tokenizer, tokenizer.end_of_turn)
 
     @property
     def models(self) -> list[str]:
@@ -55,31 +58,44 @@ class TokenizingUpstream:
         return await self.client.resolve_model(requested)
 
     async def tokenize(self, chat_request: dict) -> int:
-        return len(await asyncio.to_thread(self._render, chat_request))
+        return await asyncio.to_thread(self._count, chat_request)
+
+    def _count(self, chat_request: dict) -> int:
+        return len(self.tokenizer.encode(self._render(chat_request)))
 
     async def aclose(self) -> None:
         await self.client.aclose()
 
-    async def chat(self, chat_request: dict, session_id: str | None = None) -> UpstreamResult:
-        """Render, call `/v1/completions` with the ids, parse; errors as UpstreamError like the client's."""
+    async def chat(self, chat_request: dict, session_id: str | None = None,
+                   completion_id: str | None = None) -> UpstreamResult:
+        """Render (continuing the session's earlier call when the request extends it), call `/v1/completions`
+        with the ids, parse; errors as UpstreamError like the client's. The call is remembered under
+        `completion_id`."""
         started = time.perf_counter()
-        prompt = await asyncio.to_thread(self._render, chat_request)
-        sent = self._completions_request(chat_request, prompt)
+        prompt = await asyncio.to_thread(self._prompt, chat_request, session_id or "")
+        sent = self._completions_request(chat_request, prompt.ids)
+        metadata = {**METADATA, **prompt.metadata()}
         try:
             answer = await self.client.post_json("/v1/completions", dumps(sent), session_id)
             body = await asyncio.to_thread(self._as_chat, chat_request, answer)
             capture = parse_chat_response(body)
         except UpstreamError as exc:
-            exc.request, exc.metadata = chat_request, dict(METADATA)
+            exc.request, exc.metadata = chat_request, metadata
             raise
         except (InvalidAnswer, KeyError, IndexError, TypeError, ValueError) as exc:
             raise UpstreamError("invalid", f"the upstream's completion is unusable: {exc}", 502) from None
+        if completion_id is not None and capture.completion_token_ids:
+            await asyncio.to_thread(self.continuity.remember, session_id or "", completion_id, prompt,
+                                    capture.completion_token_ids)
         ms = (time.perf_counter() - started) * 1000
-        return UpstreamResult(chat_request, body, capture, ms, dict(METADATA), request_json=dumps(chat_request),
+        return UpstreamResult(chat_request, body, capture, ms, metadata, request_json=dumps(chat_request),
                               engine=self.client.base_url)
 
-    def _render(self, chat_request: dict) -> list[int]:
-        """The prompt ids; a history the template cannot render is the caller's 400."""
+    def _prompt(self, chat_request: dict, session: str) -> Prompt:
+        return self.continuity.prompt(session, self._render(chat_request))
+
+    def _render(self, chat_request: dict) -> str:
+        """The prompt text; a history the template cannot render is the caller's 400."""
         try:
             text = self.tokenizer.render(
                 chat_request.get("messages") or [], chat_request.get("tools"), True,
@@ -88,7 +104,7 @@ class TokenizingUpstream:
         except Exception as exc:  # jinja raises anything on a malformed history
             message = f"Could not render the chat template: {exc}"
             raise UpstreamError("http", message, 400, {"error": {"message": message}}) from None
-        return self.tokenizer.encode(text)
+        return text
 
     def _completions_request(self, chat_request: dict, prompt: list[int]) -> dict[str, Any]:
         """The chat request's sampling fields with the prompt as ids; token data asked for as in chat."""

@@ -88,7 +88,8 @@ class Upstream(Protocol):
 
     async def resolve_model(self, requested: str | None) -> str | None: ...
 
-    async def chat(self, chat_request: dict, session_id: str | None = None) -> UpstreamResult: ...
+    async def chat(self, chat_request: dict, session_id: str | None = None,
+                   completion_id: str | None = None) -> UpstreamResult: ...
 
     async def tokenize(self, chat_request: dict) -> int: ...
 
@@ -308,7 +309,8 @@ class UpstreamClient:
             return requested
         return self.served_model or requested
 
-    async def chat(self, chat_request: dict, session_id: str | None = None) -> UpstreamResult:
+    async def chat(self, chat_request: dict, session_id: str | None = None,
+                   completion_id: str | None = None) -> UpstreamResult:
         """One upstream call. Raises UpstreamError, also for an answer the gateway cannot use (502)."""
         sent = with_token_flags(chat_request, self.kind)
         headers = {SESSION_HEADER: session_id} if session_id else {}

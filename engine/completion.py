@@ -14,6 +14,7 @@ from typing import Any
 
 from tracetap.engine.cache import home_dir
 from tracetap.engine.model import Sampling, Step, TinyModel, load_model
+from tracetap.engine.pieces import split_ids
 from tracetap.engine.request import ChatRequest, CompletionRequest, EngineError, Generation
 from tracetap.engine.script import Script
 from tracetap.engine.tokenizer import END_OF_TEXT_ID, IM_END_ID, ChatTokenizer, load_tokenizer
@@ -133,8 +134,11 @@ class Engine:
     def _turn_ids(
         self, messages: list[dict[str, Any]], reply: dict[str, Any], tools: list[dict] | None = None,
     ) -> list[int]:
-        """The scripted reply tokenized as the template renders it after `messages`."""
-        return self.tokenizer.encode(self.tokenizer.assistant_turn(messages, reply, tools))
+        """The scripted reply tokenized as the template renders it after `messages` (in pieces when the
+        line says `"tokens": "split"`)."""
+        message = {key: value for key, value in reply.items() if key != "tokens"}
+        ids = self.tokenizer.encode(self.tokenizer.assistant_turn(messages, message, tools))
+        return split_ids(ids, self.tokenizer) if reply.get("tokens") == "split" else ids
 
     def _scripted(self, request: Generation, prompt: list[int], forced: list[int]) -> Completion:
         """The forced reply scored by the model, cut at the token budget."""

@@ -4,6 +4,7 @@ One line per reply, in Chat Completions shape:
     {"content": "Looking.", "tool_calls": [{"function": {"name": "Bash", "arguments": {"command": "ls"}}}]}
     {"content": "Done.", "reasoning": "The listing answered it."}
 `arguments` may be an object or a JSON string. A session that has used every line keeps getting the last one.
+`"tokens": "split"` samples the line as non-canonical ids (engine/pieces.py), as real models sometimes do.
 
 A line may carry a condition, `"when": {"has_tools": false}`: only requests that match it can use it. Each
 request takes its session's first unused line that it matches (the last matching line again once all are
@@ -20,6 +21,7 @@ from typing import Any
 
 DEFAULT_SESSION = "default"
 CONDITIONS = {"has_tools": bool}  # condition name -> the type of its value
+TOKENS = ("canonical", "split")  # how a line is sampled: the template's own ids, or every token in pieces
 
 
 class ScriptError(ValueError):
@@ -83,7 +85,10 @@ def _reply(line: Any) -> dict[str, Any]:
         reply["reasoning"] = reasoning
     if calls:
         reply["tool_calls"] = calls
-    return reply
+    tokens = line.get("tokens", "canonical")
+    if tokens not in TOKENS:
+        raise ScriptError(f"`tokens` must be one of {', '.join(TOKENS)}")
+    return reply | ({"tokens": tokens} if tokens != "canonical" else {})
 
 
 def _condition(when: Any) -> dict[str, Any]:

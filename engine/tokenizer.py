@@ -141,6 +141,11 @@ class ChatTokenizer:
         turn = after[len(before) + len(ASSISTANT_HEADER):]
         return turn[: turn.index("<|im_end|>") + len("<|im_end|>")]
 
+    @property
+    def end_of_turn(self) -> str:
+        """The text of the token that ends an assistant turn (the tokenizer's eos, `<|im_end|>` for Qwen)."""
+        return str(self.hf.eos_token)
+
     def encode(self, text: str) -> list[int]:
         """Ids for text; added tokens written literally (`<|im_end|>`, `<tool_call>`) become their ids."""
         return self.hf.encode(text, add_special_tokens=False)
