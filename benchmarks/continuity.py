@@ -21,11 +21,12 @@ from pathlib import Path
 import httpx
 from tracetap.builders import build
 from tracetap.capture.continuity import Continuity
-from tracetap.common import decode
 from tracetap.engine.pieces import split_ids
 from tracetap.engine.tokenizer import load_tokenizer
-from tracetap.launch import start_gateway
 from tracetap.store import connect
+
+from tracetap.common import decode
+from tracetap.launch import start_gateway
 
 COMMAND = {"type": "object", "properties": {"command": {"type": "string"}}, "required": ["command"]}
 TOOLS = [{"type": "function", "function": {"name": "Bash", "description": "Run.", "parameters": COMMAND}}]
@@ -61,7 +62,7 @@ def mode_figures(root: Path, mode: str, sessions: int, turns: int) -> dict[str, 
         for index in range(sessions):
             run_session(f"http://127.0.0.1:{gateway.port}", f"{mode}-{index}", turns)
         summary = build(gateway.store, "prefix_merging", decode=decode)
-        sampled = connect(gateway.store).execute("SELECT sum(completion_tokens) FROM completions").fetchone()[0]
+        (sampled,) = connect(gateway.store).execute("SELECT sum(completion_tokens) FROM completions").fetchone() or (0,)
     stats = list(summary.session_stats.values())
     drift = sum(s["drift_tokens"] for s in stats)
     breaks = sum(s["segments"] - 1 for s in stats)
@@ -88,7 +89,7 @@ def latency(prompt_tokens: int, repeats: int) -> dict[str, float]:
     turn = tokenizer.assistant_turn(earlier, {k: v for k, v in reply.items() if k != "role"})
     sampled = split_ids(tokenizer.encode(turn), tokenizer)
     scratch, continued, size = [], [], 0
-    for index in range(repeats):
+    for _ in range(repeats):
         memory = Continuity(tokenizer, tokenizer.end_of_turn)
         memory.remember("s", "c1", memory.prompt("s", tokenizer.render(earlier, TOOLS)), sampled)
         started = time.perf_counter()

@@ -62,6 +62,7 @@ class CliSession:
     rows: list[dict]  # every completion in the store, whatever its session
     session_dir: Path
     gateway_log: str
+    store: Path | None = None  # the gateway's store (gone with its temporary folder after the test)
 
     @property
     def workspace(self) -> Path:
@@ -76,13 +77,20 @@ class CliSession:
                 f"{self.agent_output()[-3000:]}\n--- gateway log\n{self.gateway_log[-3000:]}")
 
 
-def run_cli_session(name: str, root: Path, plain_base_url: bool = False, runtime: dict | None = None) -> CliSession:
+def run_cli_session(name: str, root: Path, plain_base_url: bool = False, runtime: dict | None = None,
+                    tokenize: str = "upstream") -> CliSession:
     """One session of `name` on a fresh store. `plain_base_url`: the CLI gets the gateway root without the
     session's path prefix, so only its API key (the session id) can bind its calls. `runtime`: the task's
-    runtime spec (default local)."""
+    runtime spec (default local). `tokenize="gateway"`: the gateway tokenizes (`--tokenize gateway`) and the
+    engine samples every reply as non-canonical ids, so only token continuity keeps the session drift-free."""
     preset = CLI_HARNESSES[name]
     script = write_script(root / "script.jsonl", preset, [COMMAND], FINAL)
-    with live.start_gateway(root / "store", "--script", str(script), *GATEWAY_ARGS) as gateway:
+    args = [*GATEWAY_ARGS]
+    if tokenize == "gateway":
+        lines = [json.loads(line) | {"tokens": "split"} for line in script.read_text().splitlines() if line.strip()]
+        script.write_text("".join(json.dumps(line) + "\n" for line in lines))
+        args += ["--tokenize", "gateway"]
+    with live.start_gateway(root / "store", "--script", str(script), *args) as gateway:
         env = {"OPENAI_BASE_URL": f"{gateway.url}/v1"} if plain_base_url else {}
         task = TaskRequest(task_id=f"cli-{name.replace('_', '-')}", instruction=PROMPT, timeout_seconds=TIMEOUT,
                            agent={"harness": name, "env": env}, runtime=runtime or {})
@@ -91,7 +99,7 @@ def run_cli_session(name: str, root: Path, plain_base_url: bool = False, runtime
                                                          gateway_url=gateway.url)), ctx))
         rows = live.store_rows(gateway.store)
         log = gateway.log()
-    return CliSession(preset, result, rows, root / "sessions" / ctx.session_id, log)
+    return CliSession(preset, result, rows, root / "sessions" / ctx.session_id, log, gateway.store)
 
 
 async def _run(node: GatewayNode, ctx: SessionContext) -> SessionResult:

@@ -15,14 +15,31 @@ import sys
 
 import cli_sessions
 import pytest
+from tracetap.builders import build
 from tracetap.rollout.harnesses import CLI_HARNESSES
 
 from tracetap import store
+from tracetap.common import decode
 
 
 @pytest.mark.parametrize("name", list(CLI_HARNESSES))
 def test_cli_runs_as_a_rollout_session(name, installed, tmp_path):
     cli_sessions.check_session(cli_sessions.run_cli_session(name, tmp_path))
+
+
+@pytest.mark.parametrize("name", list(CLI_HARNESSES))
+def test_cli_session_in_gateway_mode_merges_with_zero_drift(name, installed, tmp_path):
+    """`--tokenize gateway` with an engine sampling every reply in pieces: the turn after the tool call
+    continues it verbatim, and the session's traces carry no drift."""
+    run = cli_sessions.run_cli_session(name, tmp_path, tokenize="gateway")
+    cli_sessions.check_session(run)
+    (call,) = [row for row in run.rows if row["finish_reason"] == "tool_calls"]
+    metas = [json.loads(row["metadata_json"]) for row in run.rows]
+    assert {meta["tokenization"] for meta in metas} == {"gateway"}
+    assert call["completion_id"] in {meta["continues"] for meta in metas}, run.explain()
+    sid = run.result.session_id
+    stats = build(run.store, "prefix_merging", [sid], decode=decode)
+    assert stats.session_stats[sid]["drift_tokens"] == 0, stats.session_stats[sid]
 
 
 def test_opencode_with_only_the_session_key_lands_in_the_rollout_session(installed, tmp_path):
