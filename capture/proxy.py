@@ -1,9 +1,10 @@
 """Bootstrap: run mitmproxy (pinned 11.0.2) with the Gateway addon, in this process: in reverse mode (the
 harness's base URL points here) or in regular mode, an explicit HTTPS proxy (capture/proxy_mode.py).
 
-`DumpMaster` is not a stable public API and must be built inside a running event loop, so this
-module is the only place that touches it. SIGTERM and SIGINT stop the master cleanly; the addon's
-`done` hook then closes the store writer.
+mitmproxy's `Master` must be built inside a running event loop, so this module is the only place that
+touches it. It loads only the addons a gateway uses (mitmdump loads about thirty, and every hook of every
+call visits each of them; that cost most of the gateway's added latency).
+SIGTERM and SIGINT stop the master cleanly; the addon's `done` hook then closes the store writer.
 """
 
 from __future__ import annotations
@@ -14,8 +15,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 from mitmproxy import ctx
+from mitmproxy.addons import block, core, errorcheck, next_layer, proxyserver, tlsconfig
+from mitmproxy.master import Master
 from mitmproxy.options import Options
-from mitmproxy.tools.dump import DumpMaster
 from tracetap.capture import READY_MARKER, framing
 from tracetap.capture.addon import Gateway
 from tracetap.capture.proxy_mode import HostPolicy, ProxyMode
@@ -64,8 +66,8 @@ def run_gateway(store: StorePath, listen_host: str, listen_port: int, upstream_u
 async def _serve(listen_host: str, listen_port: int, upstream_url: str, confdir: Path | None,
                  options: dict, on_ready: Callable[[str, int], None], proxy: HostPolicy | None) -> None:
     opts = Options()
-    master = DumpMaster(opts, with_termlog=False, with_dumper=False)
-    master.addons.get("errorcheck").repeat_errors_on_stderr = True
+    master = Master(opts, with_termlog=False)
+    master.addons.add(*_mitmproxy_addons())
     gateway = Gateway()
     if proxy is not None:
         master.addons.add(ProxyMode(gateway))  # its hooks run before the gateway's
@@ -82,6 +84,15 @@ async def _serve(listen_host: str, listen_port: int, upstream_url: str, confdir:
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, master.shutdown)
     await master.run()
+
+
+def _mitmproxy_addons() -> list:
+    """The few of mitmproxy's own addons a gateway needs: options, refusing public clients (as mitmdump
+    does), listening, protocol detection, TLS for proxy mode, and startup errors reported on stderr."""
+    errors = errorcheck.ErrorCheck()
+    errors.repeat_errors_on_stderr = True
+    return [core.Core(), block.Block(), proxyserver.Proxyserver(), next_layer.NextLayer(), tlsconfig.TlsConfig(),
+            errors]
 
 
 def _mode(upstream_url: str, proxy: HostPolicy | None) -> dict:
