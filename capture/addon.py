@@ -8,6 +8,7 @@ the upstream client and the idle-compaction task live from `running` to `done`.
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -118,6 +119,7 @@ class Gateway:
         await upstream.discover()
         compaction = self.service.compact_idle_forever(s.compact_every, s.idle_seconds)
         self._compaction = asyncio.create_task(compaction)
+        gc.freeze()  # what startup built lives as long as the gateway: keep the collector from rescanning it
 
     async def request(self, flow: http.HTTPFlow) -> None:
         """Answer here, always: a flow left without a response would be forwarded unrecorded."""
