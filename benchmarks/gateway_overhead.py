@@ -203,6 +203,23 @@ def cpu_seconds(pid: int | None) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def fdatasync_ms(directory: Path, times: int = 200) -> float:
+    """Median time of one 2 KB append + fdatasync in `directory`: the durability floor a lone call waits for."""
+    path = directory / "fdatasync-probe"
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+    try:
+        spent = []
+        for _ in range(times):
+            start = time.perf_counter()
+            os.write(fd, b"x" * 2048)
+            os.fdatasync(fd)
+            spent.append((time.perf_counter() - start) * 1000)
+    finally:
+        os.close(fd)
+        path.unlink()
+    return statistics.median(spent)
+
+
 def run_rounds(targets: dict[str, tuple[str, int | None]], calls: int, rounds: int,
                body: bytes) -> dict[tuple[str, int], dict[str, float]]:
     """Per (target, sessions): each metric's median over the rounds. `targets`: name -> (URL, proxy pid)."""
@@ -256,9 +273,11 @@ def main() -> None:
                    "gateway": (gateway.url, gateway.process.pid)}
         body = dump_bytes(agent_request(args.request_kb))
         stats = run_rounds(targets, args.calls, args.rounds, body)
+        sync_ms = fdatasync_ms(Path(tmp))
         [(recorded,)] = connect(Path(tmp) / "store").execute("SELECT count(*) FROM completions").fetchall()
     print(f"calls recorded by the gateway: {recorded}")
     print(f"request body: {len(body)} bytes")
+    print(f"one 2 KB append + fdatasync in the store's directory: {sync_ms:.2f} ms (median)")
     print_report(stats, args.calls, args.rounds)
 
 
