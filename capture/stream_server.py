@@ -1,0 +1,115 @@
+"""A loopback HTTP server that sends streamed replies chunk by chunk.
+
+A proxy addon answers with whole bodies (mitmproxy cannot stream a body an addon produces), so the
+addon registers a `StreamReply` here under a one-use ticket and points the flow at this server; the
+proxy then streams this server's response to the client as it comes. A ticket is 32 random bytes and
+expires after TICKET_SECONDS unclaimed. When the proxy drops the connection (its client left), the
+reply learns it (`LiveStream.disconnected`), which stops the upstream and records the call.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import secrets
+
+from tracetap.capture.streaming import StreamReply
+
+logger = logging.getLogger("tracetap.gateway")
+TICKET_BYTES = 32
+TICKET_SECONDS = 30.0
+HEAD_SECONDS = 10.0  # to read a request head
+
+
+class StreamServer:
+    """Start and stop it inside the event loop that runs the replies."""
+
+    def __init__(self, host: str = "127.0.0.1") -> None:
+        self.host = host
+        self.port = 0
+        self._server: asyncio.Server | None = None
+        self._tickets: dict[str, StreamReply] = {}
+        self._serving: set[asyncio.Task] = set()
+
+    async def start(self) -> None:
+        self._server = await asyncio.start_server(self._serve, self.host, 0)
+        self.port = self._server.sockets[0].getsockname()[1]
+
+    async def stop(self) -> None:
+        """Stop listening; replies never claimed and replies being sent end as disconnected."""
+        if self._server is not None:
+            self._server.close()
+        for task in list(self._serving):
+            task.cancel()
+        await asyncio.gather(*self._serving, return_exceptions=True)
+        for ticket in list(self._tickets):
+            await self._expire(ticket)
+
+    def register(self, reply: StreamReply) -> str:
+        """The path that claims `reply`, once, within TICKET_SECONDS."""
+        ticket = secrets.token_hex(TICKET_BYTES)
+        self._tickets[ticket] = reply
+        asyncio.get_running_loop().call_later(TICKET_SECONDS, lambda: self._later(self._expire(ticket)))
+        return "/" + ticket
+
+    def _later(self, work) -> None:
+        task = asyncio.ensure_future(work)
+        self._serving.add(task)
+        task.add_done_callback(self._serving.discard)
+
+    async def _expire(self, ticket: str) -> None:
+        reply = self._tickets.pop(ticket, None)
+        if reply is not None:
+            await reply.body.disconnected()
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None  # a handler of asyncio.start_server runs in its own task
+        self._serving.add(task)
+        try:
+            head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), HEAD_SECONDS)
+            reply = self._tickets.pop(_ticket(head), None)
+            if reply is None:
+                writer.write(b"HTTP/1.1 404 Not Found\r\ncontent-length: 0\r\nconnection: close\r\n\r\n")
+            else:
+                await _send(reply, reader, writer)
+        except (OSError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, TimeoutError):
+            pass  # the proxy went away, or this was no request of the proxy
+        finally:
+            writer.close()
+            self._serving.discard(task)
+
+
+def _ticket(head: bytes) -> str:
+    """The ticket of `GET /<ticket> HTTP/1.1`."""
+    target = head.split(b"\r\n", 1)[0].split(b" ")
+    return target[1].decode("latin-1").lstrip("/") if len(target) == 3 else ""
+
+
+async def _send(reply: StreamReply, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    """Head, then each piece as an HTTP chunk as it is produced; a dropped connection is a disconnect."""
+    lines = [f"HTTP/1.1 {reply.status} OK", *(f"{k}: {v}" for k, v in reply.headers.items()),
+             "transfer-encoding: chunked"]
+    writer.write(("\r\n".join(lines) + "\r\n\r\n").encode("latin-1"))
+    sending = asyncio.ensure_future(_pump(reply, writer))
+    gone = asyncio.ensure_future(reader.read(1))  # EOF: the proxy closed the connection
+    try:
+        await asyncio.wait({sending, gone}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        gone.cancel()
+        if not sending.done():
+            sending.cancel()
+            await asyncio.gather(sending, return_exceptions=True)
+            await reply.body.disconnected()
+        elif sending.exception() is not None:
+            logger.debug("stream to the proxy failed: %r", sending.exception())
+            await reply.body.disconnected()
+
+
+async def _pump(reply: StreamReply, writer: asyncio.StreamWriter) -> None:
+    while (data := await reply.body.next()) is not None:
+        if data:
+            writer.write(b"%x\r\n%b\r\n" % (len(data), data))
+            await writer.drain()
+    writer.write(b"0\r\n\r\n")
+    await writer.drain()
