@@ -158,7 +158,9 @@ class MessageStream:
         return [error_event(status, message, kind)]
 
     def _message_start(self, chunk: dict) -> bytes:
-        empty = {"choices": [{"message": {"content": None}}], "usage": chunk.get("usage")}
+        """The opening message; its input tokens from the chunk's usage, else from its prompt ids."""
+        prompt = {"prompt_tokens": len(chunk.get("prompt_token_ids") or [])}
+        empty = {"choices": [{"message": {"content": None}}], "usage": chunk.get("usage") or prompt}
         message = from_chat_response(empty, self.ctx)
         opening = {**message, "content": [], "stop_reason": None, "stop_sequence": None,
                    "usage": {**message["usage"], "output_tokens": 0}}
