@@ -11,6 +11,7 @@ before the terminal event leaves the client without one and the store without an
 from __future__ import annotations
 
 import json
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -224,3 +225,25 @@ def test_a_gateway_killed_before_the_terminal_event_leaves_no_ok_row(tmp_path, a
         assert any(CONTENT[api] in line.encode() for line in seen)
         assert not any(TERMINAL[api] in line for line in seen)
         assert all(row["status"] != "ok" for row in live.store_rows(process.store))
+
+
+def test_under_on_pause_abort_a_whole_call_keeps_its_partial_tokens(tmp_path):
+    """The gateway reads the upstream as a stream, so an aborted whole call still has what was sampled."""
+    with paced_gateway(tmp_path, "--on-pause", "abort") as process:
+        outcome: dict = {}
+
+        def call() -> None:
+            outcome["reply"] = httpx.post(CALLS["openai_chat"].url(process, "whole-aborted", False),
+                                          json=CALLS["openai_chat"].json(False, False), timeout=60)
+
+        caller = threading.Thread(target=call)
+        caller.start()
+        while httpx.get(f"{process.url}/admin/status").json()["in_flight"] == 0:
+            time.sleep(0.05)
+        time.sleep(1.0)  # the engine is streaming by now, at its pace
+        httpx.post(f"{process.url}/admin/pause", json={}).raise_for_status()
+        caller.join(30)
+        assert outcome["reply"].status_code == 503 and outcome["reply"].headers["retry-after"] == "5"
+        [row] = live.store_rows(process.store)
+        partial(row)
+        assert (row["status"], row["finish_reason"], row["http_status"]) == ("aborted", "abort", 503)
