@@ -18,7 +18,7 @@ from tracetap.capture.streaming import StreamReply
 logger = logging.getLogger("tracetap.gateway")
 TICKET_BYTES = 32
 TICKET_SECONDS = 30.0
-HEAD_SECONDS = 10.0  # to read a request head
+FIRST_HEAD_SECONDS = 10.0  # to read the first request head of a connection (later ones: no limit)
 
 
 class StreamServer:
@@ -63,21 +63,37 @@ class StreamServer:
             await reply.body.disconnected()
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        """Requests on one kept-alive connection (the proxy reuses it for the next stream), until it closes."""
         task = asyncio.current_task()
         assert task is not None  # a handler of asyncio.start_server runs in its own task
         self._serving.add(task)
         try:
-            head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), HEAD_SECONDS)
-            reply = self._tickets.pop(_ticket(head), None)
-            if reply is None:
-                writer.write(b"HTTP/1.1 404 Not Found\r\ncontent-length: 0\r\nconnection: close\r\n\r\n")
-            else:
-                await _send(reply, reader, writer)
+            early = b""
+            timeout: float | None = FIRST_HEAD_SECONDS
+            while (head := await _head(reader, early, timeout)) is not None:
+                early, timeout = b"", None  # kept alive: it waits for the proxy's next request
+                reply = self._tickets.pop(_ticket(head), None)
+                if reply is None:
+                    writer.write(b"HTTP/1.1 404 Not Found\r\ncontent-length: 0\r\n\r\n")
+                else:
+                    early = await _send(reply, reader, writer)
         except (OSError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, TimeoutError):
             pass  # the proxy went away, or this was no request of the proxy
         finally:
             writer.close()
             self._serving.discard(task)
+
+
+async def _head(reader: asyncio.StreamReader, early: bytes, timeout: float | None) -> bytes | None:
+    """The next request head (`early`: its first bytes, already read); None when the connection ends."""
+    if b"\r\n\r\n" in early:
+        return early
+    try:
+        return early + await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), timeout)
+    except asyncio.IncompleteReadError as exc:
+        if exc.partial or early:
+            raise
+        return None
 
 
 def _ticket(head: bytes) -> str:
@@ -86,8 +102,9 @@ def _ticket(head: bytes) -> str:
     return target[1].decode("latin-1").lstrip("/") if len(target) == 3 else ""
 
 
-async def _send(reply: StreamReply, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-    """Head, then each piece as an HTTP chunk as it is produced; a dropped connection is a disconnect."""
+async def _send(reply: StreamReply, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bytes:
+    """Head, then each piece as an HTTP chunk as it is produced; a dropped connection is a disconnect.
+    Returns the bytes of the proxy's next request the watch for a dropped connection read early."""
     lines = [f"HTTP/1.1 {reply.status} OK", *(f"{k}: {v}" for k, v in reply.headers.items()),
              "transfer-encoding: chunked"]
     writer.write(("\r\n".join(lines) + "\r\n\r\n").encode("latin-1"))
@@ -104,6 +121,9 @@ async def _send(reply: StreamReply, reader: asyncio.StreamReader, writer: asynci
         elif sending.exception() is not None:
             logger.debug("stream to the proxy failed: %r", sending.exception())
             await reply.body.disconnected()
+    if sending.cancelled() or sending.exception() is not None:
+        raise ConnectionResetError("the proxy dropped the stream")
+    return gone.result() if gone.done() and not gone.cancelled() else b""
 
 
 async def _pump(reply: StreamReply, writer: asyncio.StreamWriter) -> None:
