@@ -193,10 +193,15 @@ class GatewayService:
                     harness_ids=harness_ids(request.headers), created_at=request.created_at,
                     started=request.received)
         if route.stream and self.upstream.streams_tokens:
-            return await self._streamed(request, call, adapter, ctx)
+            return await self._streamed(request, call, adapter, ctx, chat_request)
+        return await self._answered_whole(request, call, adapter, ctx, chat_request)
+
+    async def _answered_whole(self, request: Request, call: Call, adapter: Adapter, ctx: RequestContext,
+                              chat_request: dict) -> Reply:
+        """Recorded, then answered: JSON, or the synthetic stream of the whole answer."""
         collected = Collected()
         try:
-            result = await self._fenced(call, lambda: self._whole(call, collected))
+            result = await self._fenced(call, lambda: self._whole(call, chat_request, collected))
         except (UpstreamError, Aborted) as exc:
             reply = await self._upstream_failed(call, adapter, exc, collected.partial())
             request.recorded = True
@@ -209,18 +214,16 @@ class GatewayService:
         if result.reply_as is not None:  # a replay shows the recorded call's ids, byte for byte
             ctx = replace(ctx, completion_id=result.reply_as[0], created=result.reply_as[1])
         call.response_body = adapter.from_chat_response(result.body, ctx)
-        events = adapter.to_sse_events(result.body, ctx) if route.stream else None
+        events = adapter.to_sse_events(result.body, ctx) if call.stream else None
         await self._record(call)
         request.recorded = True
         if events is None:
             return Reply(200, dump_bytes(call.response_body), {"content-type": JSON_TYPE, **_ids(call)})
         return Reply(200, b"".join(events), {**SSE_HEADERS, **_ids(call)})
 
-    async def _streamed(self, request: Request, call: Call, adapter: Adapter,
-                        ctx: RequestContext) -> Reply | StreamReply:
+    async def _streamed(self, request: Request, call: Call, adapter: Adapter, ctx: RequestContext,
+                        chat_request: dict) -> Reply | StreamReply:
         """Answered as the upstream generates; a refusal before the stream is answered like a whole call's."""
-        assert call.chat_request is not None  # set when the call was made
-        chat_request = call.chat_request
         try:
             stream = await self._fenced(
                 call, lambda: self.upstream.chat_stream(chat_request, call.session_id, call.completion_id))
@@ -232,14 +235,12 @@ class GatewayService:
         body = LiveStream(stream, adapter.translator(ctx), record, self.fence)
         return StreamReply(200, {**SSE_HEADERS, **_ids(call)}, body)
 
-    async def _whole(self, call: Call, collected: Collected) -> UpstreamResult:
+    async def _whole(self, call: Call, chat_request: dict, collected: Collected) -> UpstreamResult:
         """A whole answer. Under `--on-pause abort` it is read as a stream when the upstream streams token
         ids, so a call a pause cuts short keeps what was sampled (`collected`)."""
-        assert call.chat_request is not None  # set when the call was made
         if self.on_pause == "abort" and self.upstream.streams_tokens:
-            return await collected.read(self.upstream.chat_stream(call.chat_request, call.session_id,
-                                                                   call.completion_id))
-        return await self.upstream.chat(call.chat_request, call.session_id, call.completion_id)
+            return await collected.read(self.upstream.chat_stream(chat_request, call.session_id, call.completion_id))
+        return await self.upstream.chat(chat_request, call.session_id, call.completion_id)
 
     async def _fenced(self, call: Call, send: Callable[[], Awaitable[T]]) -> T:
         """The upstream call under the fence: it waits out a pause (or is a 503), names the policy version

@@ -114,6 +114,7 @@ async def _send(reply: StreamReply, reader: asyncio.StreamReader, writer: asynci
         await asyncio.wait({sending, gone}, return_when=asyncio.FIRST_COMPLETED)
     finally:
         gone.cancel()
+        await asyncio.gather(gone, return_exceptions=True)  # its read must end before the next one starts
         if not sending.done():
             sending.cancel()
             await asyncio.gather(sending, return_exceptions=True)
@@ -123,7 +124,7 @@ async def _send(reply: StreamReply, reader: asyncio.StreamReader, writer: asynci
             await reply.body.disconnected()
     if sending.cancelled() or sending.exception() is not None:
         raise ConnectionResetError("the proxy dropped the stream")
-    return gone.result() if gone.done() and not gone.cancelled() else b""
+    return b"" if gone.cancelled() else gone.result()
 
 
 async def _pump(reply: StreamReply, writer: asyncio.StreamWriter) -> None:

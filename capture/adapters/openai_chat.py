@@ -87,11 +87,11 @@ def to_sse_events(chat: dict, ctx: RequestContext) -> list[bytes]:
     return replayed(translator(ctx), chat)
 
 
-def translator(ctx: RequestContext) -> ChatStream:
-    return ChatStream(ctx)
+def translator(ctx: RequestContext) -> ChunkStream:
+    return ChunkStream(ctx)
 
 
-class ChatStream:
+class ChunkStream:
     """vLLM's chunks under the harness's id and model, one kind of delta per chunk, without token arrays.
 
     Logprobs (when asked) come whole on the finish chunk, which is held with `[DONE]` as the terminal part.

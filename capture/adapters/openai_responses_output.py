@@ -172,9 +172,10 @@ class ResponseStream:
 
     def closing(self, chat: dict) -> list[bytes]:
         self.events({})
-        if self.items == 0 and self.open is None:  # an empty answer is one empty message
-            self._open("message")
         self._close()
+        if self.items == 0:  # an empty answer is one empty message
+            self._open("message")
+            self._close()
         return self.stream.take()
 
     def terminal(self, chat: dict) -> list[bytes]:

@@ -247,3 +247,13 @@ def test_under_on_pause_abort_a_whole_call_keeps_its_partial_tokens(tmp_path):
         [row] = live.store_rows(process.store)
         partial(row)
         assert (row["status"], row["finish_reason"], row["http_status"]) == ("aborted", "abort", 503)
+
+
+def test_streams_one_after_another_on_one_connection(gw):
+    """The proxy reuses its connection to the stream server for the next stream of a kept-alive client."""
+    call = CALLS["openai_chat"]
+    with httpx.Client(timeout=60) as client:
+        for _ in range(4):
+            reply = client.post(call.url(gw, "kept-alive", True), json=call.json(True, False))
+            assert reply.status_code == 200 and reply.text.endswith("data: [DONE]\n\n")
+    assert [row["status"] for row in rows(gw, "kept-alive")] == ["ok"] * 4

@@ -72,11 +72,12 @@ def test_live_translation_of_a_real_stream_equals_the_synthetic_one(api, name):
     assert not set(TERMINAL[api]) & {kind for kind, _ in events(before)}
 
 
+@pytest.mark.parametrize("reasoning", ["Let me think.", None], ids=["reasoning", "no_reasoning"])
 @pytest.mark.parametrize("api", list(ADAPTERS))
 @pytest.mark.parametrize("name", WHOLE)
-def test_one_character_chunks_give_the_synthetic_stream(api, name):
+def test_one_character_chunks_give_the_synthetic_stream(api, name, reasoning):
     chat = json.loads(fixture_body(name))
-    chat["choices"][0]["message"]["reasoning"] = "Let me think."
+    chat["choices"][0]["message"]["reasoning"] = reasoning
     before, terminal = live(api, cut(chat), chat)
     assert joined(events(before + terminal)) == joined(events(ADAPTERS[api].to_sse_events(chat, ctx(api))))
 
@@ -88,3 +89,28 @@ def test_an_error_mid_stream_is_in_the_api_shape(api):
     (kind, payload), *_ = events(translator.error(502, "engine died", "upstream_error"))
     text = json.dumps(payload)
     assert "engine died" in text and kind not in TERMINAL[api]
+
+
+@pytest.mark.parametrize("reasoning", ["Let me think.", None], ids=["reasoning", "no_reasoning"])
+@pytest.mark.parametrize("name", WHOLE)
+def test_responses_stream_items_are_the_final_output(name, reasoning):
+    """Checked against `from_chat_response`, which builds the output without the translator."""
+    chat = json.loads(fixture_body(name))
+    chat["choices"][0]["message"]["reasoning"] = reasoning
+    before, terminal = live("openai_responses", cut(chat), chat)
+    done = [payload["item"] for kind, payload in events(before) if kind == "response.output_item.done"]
+    final = ADAPTERS["openai_responses"].from_chat_response(chat, ctx("openai_responses"))
+    assert done == final["output"] == events(terminal)[-1][1]["response"]["output"]
+
+
+@pytest.mark.parametrize("name", WHOLE)
+def test_chat_stream_folds_back_into_the_answer(name):
+    chat = json.loads(fixture_body(name))
+    before, terminal = live("openai_chat", cut(chat), chat)
+    fold = ChatFold()
+    for _, payload in events(before + terminal):
+        if isinstance(payload, dict):
+            fold.add(payload)
+    message, original = fold.body()["choices"][0]["message"], chat["choices"][0]["message"]
+    assert (message["content"] or None, message.get("tool_calls")) == (original.get("content") or None,
+                                                                       original.get("tool_calls"))
