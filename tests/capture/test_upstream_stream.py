@@ -80,8 +80,9 @@ def test_an_http_error_before_the_stream_raises_with_its_status(stub_upstream, n
 
 
 def test_an_answer_that_is_no_stream_is_invalid(stub_upstream):
+    stub_upstream.plans["whole"] = Plan(answer=lambda _: (200, fixture_body("chat_basic"), {}))
     with pytest.raises(UpstreamError) as error:
-        streamed(UpstreamClient(stub_upstream.url), "chat_basic")
+        streamed(UpstreamClient(stub_upstream.url), "whole")
     assert (error.value.kind, error.value.status) == ("invalid", 502)
 
 
