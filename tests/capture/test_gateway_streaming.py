@@ -257,3 +257,22 @@ def test_streams_one_after_another_on_one_connection(gw):
             reply = client.post(call.url(gw, "kept-alive", True), json=call.json(True, False))
             assert reply.status_code == 200 and reply.text.endswith("data: [DONE]\n\n")
     assert [row["status"] for row in rows(gw, "kept-alive")] == ["ok"] * 4
+
+
+@pytest.mark.parametrize("api", ["openai_chat", "anthropic_messages"])
+def test_an_engine_that_dies_mid_stream_leaves_an_upstream_error_row(tmp_path, monkeypatch, api):
+    monkeypatch.setenv("TRACETAP_ENGINE_PACE_MS", str(PACE_MS))
+    engine = live.start_engine(tmp_path / "engine", live.write_script(tmp_path / "script.jsonl", SCRIPT))
+    with engine, live.start_gateway(tmp_path / "store", "--upstream", engine.url) as process:
+        call, seen = CALLS[api], []
+        with httpx.Client(timeout=30) as client, client.stream(
+                "POST", call.url(process, "engine-died", True), json=call.json(True, False)) as response:
+            for line in response.iter_lines():
+                seen.append(line)
+                if CONTENT[api] in line.encode() and engine.process.poll() is None:
+                    engine.process.kill()
+        text = "\n".join(seen)
+        assert "unreachable" in text and TERMINAL[api] not in text  # an in-stream error, no terminal event
+        [row] = live.store_rows(process.store)
+        partial(row)
+        assert row["status"] == "upstream_error"
