@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import secrets
+from collections.abc import Awaitable
 
 from tracetap.capture.streaming import StreamReply
 
@@ -49,10 +50,11 @@ class StreamServer:
         """The path that claims `reply`, once, within TICKET_SECONDS."""
         ticket = secrets.token_hex(TICKET_BYTES)
         self._tickets[ticket] = reply
-        asyncio.get_running_loop().call_later(TICKET_SECONDS, lambda: self._later(self._expire(ticket)))
+        asyncio.get_running_loop().call_later(TICKET_SECONDS, lambda: self._in_background(self._expire(ticket)))
         return "/" + ticket
 
-    def _later(self, work) -> None:
+    def _in_background(self, work: Awaitable[None]) -> None:
+        """Run `work` as a task that `stop` waits for."""
         task = asyncio.ensure_future(work)
         self._serving.add(task)
         task.add_done_callback(self._serving.discard)

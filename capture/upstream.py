@@ -29,7 +29,7 @@ from tracetap.capture.jsontext import dump_bytes, dumps
 KINDS = ("vllm", "sglang")
 SESSION_HEADER = "x-tracetap-session"
 JSON_HEADERS = {"content-type": "application/json", "accept": "application/json"}
-SSE_HEADERS = {"content-type": "application/json", "accept": "text/event-stream"}
+STREAM_HEADERS = {"content-type": "application/json", "accept": "text/event-stream"}  # a request for a stream
 STREAM_OPTIONS = {"include_usage": True, "continuous_usage_stats": True}
 MAX_ERROR_BODY = 1024 * 1024  # an error answer read before a stream: kept whole up to this
 _META_TOKEN_KEYS = ("output_token_logprobs", "output_top_logprobs", "input_token_logprobs",
@@ -329,7 +329,7 @@ class UpstreamClient:
         """POST a JSON body asking for an SSE answer: its JSON payloads as they arrive, until `[DONE]`.
 
         Raises UpstreamError for an HTTP error (or a body that is no stream) before the stream starts."""
-        headers = {**SSE_HEADERS, **({SESSION_HEADER: session_id} if session_id else {})}
+        headers = {**STREAM_HEADERS, **({SESSION_HEADER: session_id} if session_id else {})}
         try:
             async with asyncio.timeout(self.timeout):
                 opened = await self._pool.open("POST", path, body_text.encode("utf-8"), headers)
