@@ -215,6 +215,7 @@ def base_stats(builder: str, data: SessionInput) -> dict:
         "completions_without_ids": len(data.unusable),
         "completions_degraded": sum(row.get("status") == "degraded" for row in data.rows),
         "completions_aborted": sum(row.get("status") == "aborted" for row in data.rows),  # by a pause: left out
+        "completions_disconnected": sum(row.get("status") == "disconnected" for row in data.rows),  # left out
         "trainable": not data.reasons,
         "not_trainable_reasons": data.reasons,
     }

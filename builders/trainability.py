@@ -12,10 +12,11 @@ A session is not trainable when
 A trace is also not trainable when its turns drifted in content (`content_drift`: the next prompt holds
 other text than the model sampled, so the trace would teach text the model no longer saw) or drifted
 in a way nobody could classify (`unclassified_drift`: no decode function given); see builders/drift.py.
-Failed calls are rows of `completions` (status upstream_error, timeout, or aborted by a pause: the
-harness retries those, and only a last one with no ok call after it leaves the session truncated); the session row's
-`upstream_failures_json` (`{kind: count, last_at, last_kind}`, where `last_at` is the number of
-completions recorded when the failure happened) is used when those rows are not at hand.
+Failed calls are rows of `completions` (status upstream_error, timeout, aborted by a pause, or
+disconnected: the client left a stream; the harness retries those, and only a last one with no ok call
+after it leaves the session truncated); the session row's `upstream_failures_json` (`{kind: count,
+last_at, last_kind}`, where `last_at` is the number of completions recorded when the failure happened)
+is used when those rows are not at hand.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ import json
 import re
 from collections.abc import Iterable
 
-FAILED = ("upstream_error", "timeout", "aborted")
+FAILED = ("upstream_error", "timeout", "aborted", "disconnected")
 DRIFT_REASONS = {"content": "content_drift", "unknown": "unclassified_drift"}
 _HTTP_4XX = re.compile(r"^http_4\d\d$")
 

@@ -1,5 +1,7 @@
 """The mitmproxy addon: hooks only. Every call is answered by `GatewayService`; nothing is forwarded
-(except the hosts a proxy-mode gateway is told to pass, capture/proxy_mode.py).
+(except the hosts a proxy-mode gateway is told to pass, capture/proxy_mode.py, and live streams: a
+`StreamReply` is registered with the gateway's loopback stream server (capture/stream_server.py) and
+the flow is pointed there, with its response streamed, because an addon cannot stream a body itself).
 
 Options (all `tracetap_*`) are declared in `load` and read once in `configure`; the store writer,
 the upstream client and the idle-compaction task live from `running` to `done`.
@@ -22,6 +24,8 @@ from tracetap.capture.fence import Fence
 from tracetap.capture.redact import Redactor
 from tracetap.capture.replay import RecordedStore, ReplayUpstream
 from tracetap.capture.service import FALLBACK_API, MAX_BODY, GatewayService, Reply, caller_api, error_reply
+from tracetap.capture.stream_server import StreamServer
+from tracetap.capture.streaming import StreamReply
 from tracetap.capture.tokenizing import TokenizingUpstream
 from tracetap.capture.upstream import Upstream, UpstreamClient
 from tracetap.engine.tokenizer import open_tokenizer
@@ -30,6 +34,7 @@ from tracetap.store import StorePath, StoreWriter, store_path
 logger = logging.getLogger("tracetap.gateway")
 _PROTOCOL_ERROR_KINDS = {400: "invalid_request", 413: "payload_too_large"}
 PASSED = "tracetap_passed"  # flow metadata: proxy mode lets this flow through, unanswered and unrecorded
+STREAMED = "tracetap_streamed"  # flow metadata: answered by the stream server, its response streamed
 
 
 @dataclass(frozen=True)
@@ -59,6 +64,7 @@ class Gateway:
     def __init__(self) -> None:
         self.settings: Settings | None = None
         self.service: GatewayService | None = None
+        self.streams = StreamServer()
         self._compaction: asyncio.Task | None = None
 
     def load(self, loader) -> None:
@@ -117,6 +123,7 @@ class Gateway:
                                       control_for(ctx.options.listen_host, s.control_token), s.on_pause,
                                       pool.status if pool else None)
         await upstream.discover()
+        await self.streams.start()
         compaction = self.service.compact_idle_forever(s.compact_every, s.idle_seconds)
         self._compaction = asyncio.create_task(compaction)
         gc.freeze()  # what startup built lives as long as the gateway: keep the collector from rescanning it
@@ -130,9 +137,17 @@ class Gateway:
         except Exception:
             logger.exception("gateway hook failed")
             reply = error_reply(FALLBACK_API, 500, "internal gateway error (see the gateway log)", "internal")
-        flow.response = _response(reply)
+        if isinstance(reply, StreamReply):
+            _retarget(flow.request, self.streams.host, self.streams.port, self.streams.register(reply))
+            flow.metadata[STREAMED] = True
+        else:
+            flow.response = _response(reply)
 
-    async def _answer(self, req: http.Request) -> Reply:
+    def responseheaders(self, flow: http.HTTPFlow) -> None:
+        if flow.metadata.get(STREAMED) and flow.response is not None:
+            flow.response.stream = True
+
+    async def _answer(self, req: http.Request) -> Reply | StreamReply:
         if self.service is None:
             return error_reply(FALLBACK_API, 503, "the gateway is still starting", "internal")
         path = req.path.partition("?")[0]
@@ -152,6 +167,7 @@ class Gateway:
     async def done(self) -> None:
         if self._compaction is not None:
             self._compaction.cancel()
+        await self.streams.stop()
         if self.service is not None:
             await self.service.upstream.aclose()
             await asyncio.to_thread(self.service.writer.close)  # pending session rows reach disk
@@ -169,6 +185,14 @@ def request_api(request: http.Request) -> str:
 def error_response(request: http.Request, status: int, message: str, kind: str) -> http.Response:
     """An error the gateway sends itself, in the caller's API shape."""
     return _response(error_reply(request_api(request), status, message, kind))
+
+
+def _retarget(request: http.Request, host: str, port: int, path: str) -> None:
+    """Send the flow to the stream server: a bodiless GET of its ticket, over plain HTTP on loopback."""
+    request.scheme, request.host, request.port = "http", host, port
+    request.method, request.path = "GET", path
+    request.headers = http.Headers(host=f"{host}:{port}")
+    request.content = b""
 
 
 def _response(reply: Reply) -> http.Response:

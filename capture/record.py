@@ -5,8 +5,10 @@ redaction (capture/redact.py); headers are never stored, only the user agent and
 `metadata_json`. `chat_request_json` is exactly what went upstream, token flags
 (`return_token_ids`, `logprobs`, ...) included, so a call can be replayed as it was made; it was
 redacted before it was sent, so it is not redacted again here. Strings
-that have no UTF-8 form (lone surrogates) are stored as `\\udXXX` escapes, never dropped. Only `ok`
-and `degraded` calls carry tokens; failed calls keep their status, error and the upstream's body.
+that have no UTF-8 form (lone surrogates) are stored as `\\udXXX` escapes, never dropped. `ok` and
+`degraded` calls carry tokens, and so do calls cut short mid-stream (`aborted`, `disconnected`,
+`upstream_error` after sampling began) with what was sampled; other failed calls keep their status,
+error and the upstream's body.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from tracetap.capture.redact import DEFAULT, Redactor
 from tracetap.capture.upstream import TokenCapture
 from tracetap.store import TABLES, empty_row
 
-ANSWERED = ("ok", "degraded")  # statuses whose row carries the upstream's tokens
+ANSWERED = ("ok", "degraded")  # statuses whose row holds a complete answer of the upstream
 _TEXT_COLUMNS = ("path", "error")
 _NESTED_TEXT = ("tool_calls", "top_logprobs")  # struct columns holding strings
 # user-agent fragment -> harness name, most specific first
@@ -62,6 +64,7 @@ class Call:
     engine: str | None = None  # base URL of the engine it was sent to
     labels: dict = field(default_factory=dict)  # task_id / policy_version (the caller's, else the gateway's)
     finish_reason: str | None = None  # set when the gateway ended the call itself (`abort`)
+    partial: bool = False  # cut short mid-stream: its capture holds what was sampled until then
     harness_ids: dict = field(default_factory=dict)  # the harness's own session / sub-agent ids
     metadata: dict = field(default_factory=dict)  # from the upstream (a replay's capture_mode and source)
     created_at: datetime = field(default_factory=lambda: datetime.now(UTC))
@@ -79,7 +82,7 @@ def build_row(call: Call, capture_mode: str = "live", redactor: Redactor = DEFAU
         gateway_ms=(time.perf_counter() - call.started) * 1000,
         **call.labels,
     )
-    capture = call.capture if call.status in ANSWERED else None
+    capture = call.capture if call.status in ANSWERED or call.partial else None
     if capture is not None:
         row.update(_token_columns(capture))
     if call.finish_reason is not None:

@@ -1,9 +1,11 @@
 """The gateway's request handling, free of mitmproxy so it can be driven and tested directly.
 
-`GatewayService.handle(method, path, headers, query, body) -> Reply` answers every call itself:
-bind the session, detect the API, check and parse the body, translate with the provider adapter,
-call the upstream once (non-streaming, with token data), record the call durably, and only then
-answer (JSON or a synthetic SSE stream). Client errors are answered in the caller's API shape and
+`GatewayService.handle(method, path, headers, query, body) -> Reply | StreamReply` answers every call
+itself: bind the session, detect the API, check and parse the body, translate with the provider adapter,
+call the upstream once (with token data), record the call durably, and only then answer (JSON). A
+streamed call to an upstream that streams token ids is a `StreamReply` (capture/streaming.py): events
+as the upstream generates, the terminal ones once the call is recorded; other streamed calls get the
+synthetic stream of the whole answer. Client errors are answered in the caller's API shape and
 never recorded as completions; upstream failures are recorded with their status and no tokens. An
 answer that is not training data (no token ids, misaligned logprobs, ...) is recorded `degraded` and
 still answered. Every call without a completions row (probes, model lists, token counts, errors) is
@@ -13,13 +15,15 @@ counted per session. The body sent upstream is redacted (capture/redact.py) like
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import logging
 import time
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
+from typing import TypeVar
 
 from tracetap.capture import admin, content_coding, outcome
 from tracetap.capture import detect as routes
@@ -33,10 +37,12 @@ from tracetap.capture.record import Call, build_row, display_path
 from tracetap.capture.redact import DEFAULT, Redactor
 from tracetap.capture.registration import FieldError, parse_registration
 from tracetap.capture.sessions import SessionError, bind, harness_ids, labels, split_prefix
+from tracetap.capture.streaming import Collected, Ending, LiveStream, StreamReply
 from tracetap.capture.upstream import NO_CHOICES, Upstream, UpstreamError, UpstreamResult
 from tracetap.store import InvalidSessionId, StoreReader, StoreWriter, validate_session_id, write_session_table
 
 logger = logging.getLogger("tracetap.gateway")
+T = TypeVar("T")
 
 MAX_BODY = 32 * 1024 * 1024
 MAX_REGISTERED = 16384  # explicitly named session ids an API key may still bind to (most recent)
@@ -106,7 +112,7 @@ class GatewayService:
         self._posting = asyncio.Lock()  # posted outcomes: one read-compare-write at a time
 
     async def handle(self, method: str, path: str, headers: Mapping[str, str], query: Mapping[str, str],
-                     body: bytes) -> Reply:
+                     body: bytes) -> Reply | StreamReply:
         request = Request(method.upper(), path, {k.lower(): v for k, v in headers.items()}, query, body)
         api = caller_api(path, request.headers)
         try:
@@ -133,7 +139,7 @@ class GatewayService:
         except Exception:
             logger.exception("could not count an unrecorded %s call", kind)
 
-    async def _dispatch(self, request: Request) -> Reply:
+    async def _dispatch(self, request: Request) -> Reply | StreamReply:
         provider_path = split_prefix(request.path)[1]
         route = routes.detect(request.method, provider_path, request.headers)
         request.endpoint = route.endpoint
@@ -173,7 +179,7 @@ class GatewayService:
             raise Reject(400, "request body must be a JSON object")
         return data
 
-    async def _generate(self, request: Request, route: routes.Route, binding, data: dict) -> Reply:
+    async def _generate(self, request: Request, route: routes.Route, binding, data: dict) -> Reply | StreamReply:
         adapter = _adapter(route.api)
         ctx = await self._context(route, binding, data, request.created_at)
         chat_request = self.redactor.redact(_translate(adapter, data, ctx))
@@ -186,10 +192,18 @@ class GatewayService:
                     served_model=ctx.served_model, chat_request=chat_request, labels=request.labels,
                     harness_ids=harness_ids(request.headers), created_at=request.created_at,
                     started=request.received)
+        if route.stream and self.upstream.streams_tokens:
+            return await self._streamed(request, call, adapter, ctx, chat_request)
+        return await self._answered_whole(request, call, adapter, ctx, chat_request)
+
+    async def _answered_whole(self, request: Request, call: Call, adapter: Adapter, ctx: RequestContext,
+                              chat_request: dict) -> Reply:
+        """Recorded, then answered: JSON, or the synthetic stream of the whole answer."""
+        collected = Collected()
         try:
-            result = await self._fenced(call, chat_request)
+            result = await self._fenced(call, lambda: self._whole(call, chat_request, collected))
         except (UpstreamError, Aborted) as exc:
-            reply = await self._upstream_failed(call, adapter, exc)
+            reply = await self._upstream_failed(call, adapter, exc, collected.partial())
             request.recorded = True
             return reply
         _answered(call, result)
@@ -200,15 +214,35 @@ class GatewayService:
         if result.reply_as is not None:  # a replay shows the recorded call's ids, byte for byte
             ctx = replace(ctx, completion_id=result.reply_as[0], created=result.reply_as[1])
         call.response_body = adapter.from_chat_response(result.body, ctx)
-        events = adapter.to_sse_events(result.body, ctx) if route.stream else None
+        events = adapter.to_sse_events(result.body, ctx) if call.stream else None
         await self._record(call)
         request.recorded = True
-        headers = {"x-tracetap-session": call.session_id, "x-tracetap-completion-id": call.completion_id}
         if events is None:
-            return Reply(200, dump_bytes(call.response_body), {"content-type": JSON_TYPE, **headers})
-        return Reply(200, b"".join(events), {**SSE_HEADERS, **headers})
+            return Reply(200, dump_bytes(call.response_body), {"content-type": JSON_TYPE, **_ids(call)})
+        return Reply(200, b"".join(events), {**SSE_HEADERS, **_ids(call)})
 
-    async def _fenced(self, call: Call, chat_request: dict) -> UpstreamResult:
+    async def _streamed(self, request: Request, call: Call, adapter: Adapter, ctx: RequestContext,
+                        chat_request: dict) -> Reply | StreamReply:
+        """Answered as the upstream generates; a refusal before the stream is answered like a whole call's."""
+        try:
+            stream = await self._fenced(
+                call, lambda: self.upstream.chat_stream(chat_request, call.session_id, call.completion_id))
+        except (UpstreamError, Aborted) as exc:
+            request.recorded = True
+            return await self._upstream_failed(call, adapter, exc)
+        request.recorded = True  # by the stream, however it ends
+        record = functools.partial(self._record_stream, call, adapter, ctx)
+        body = LiveStream(stream, adapter.translator(ctx), record, self.fence)
+        return StreamReply(200, {**SSE_HEADERS, **_ids(call)}, body)
+
+    async def _whole(self, call: Call, chat_request: dict, collected: Collected) -> UpstreamResult:
+        """A whole answer. Under `--on-pause abort` it is read as a stream when the upstream streams token
+        ids, so a call a pause cuts short keeps what was sampled (`collected`)."""
+        if self.on_pause == "abort" and self.upstream.streams_tokens:
+            return await collected.read(self.upstream.chat_stream(chat_request, call.session_id, call.completion_id))
+        return await self.upstream.chat(chat_request, call.session_id, call.completion_id)
+
+    async def _fenced(self, call: Call, send: Callable[[], Awaitable[T]]) -> T:
         """The upstream call under the fence: it waits out a pause (or is a 503), names the policy version
         in force when it was sent (a caller's own label wins), and a pause may abort it (Aborted)."""
         try:
@@ -217,7 +251,19 @@ class GatewayService:
             raise Reject(503, str(exc), "unavailable", headers={"retry-after": str(RETRY_AFTER)}) from None
         if version is not None:
             call.labels = {"policy_version": version, **call.labels}
-        return await self.fence.upstream(self.upstream.chat(chat_request, call.session_id, call.completion_id))
+        return await self.fence.upstream(send())
+
+    async def _record_stream(self, call: Call, adapter: Adapter, ctx: RequestContext,
+                             outcome: UpstreamResult | UpstreamError, ending: Ending) -> None:
+        """The record of a streamed call: its answer (partial when it ended early) and how it ended."""
+        if isinstance(outcome, UpstreamError):
+            _failed_fields(call, adapter, outcome)
+        else:
+            _answered(call, outcome)
+            call.response_body = adapter.from_chat_response(outcome.body, ctx)
+        if ending.status != "ok":
+            _cut_short(call, adapter, ending)
+        await self._record(call)
 
     async def _no_answer(self, call: Call, adapter: Adapter) -> Reply:
         call.http_status = 502
@@ -234,22 +280,20 @@ class GatewayService:
             extra={"request": data, "session_id": binding.session_id},
         )
 
-    async def _upstream_failed(self, call: Call, adapter: Adapter, exc: UpstreamError | Aborted) -> Reply:
+    async def _upstream_failed(self, call: Call, adapter: Adapter, exc: UpstreamError | Aborted,
+                               partial: UpstreamResult | None = None) -> Reply:
         if isinstance(exc, Aborted):
-            return await self._aborted(call, adapter, exc)
-        kind = _UPSTREAM_KINDS.get(exc.kind, "upstream_unreachable")
-        call.status = _FAILED_STATUS.get(exc.kind, "upstream_error")
-        call.metadata, call.engine = exc.metadata, exc.engine
-        call.http_status, call.error, call.upstream_body = exc.status, str(exc), exc.body
-        call.chat_request = exc.request or call.chat_request
-        call.response_body = adapter.error_body(exc.status, str(exc), kind)
+            return await self._aborted(call, adapter, exc, partial)
+        _failed_fields(call, adapter, exc)
         await self._record(call)
         return Reply(exc.status, dump_bytes(call.response_body), {"content-type": JSON_TYPE, **exc.headers})
 
-    async def _aborted(self, call: Call, adapter: Adapter, exc: Aborted) -> Reply:
-        """Recorded (flagged, never ok) and answered 503 with Retry-After: harnesses retry, after the resume."""
-        call.status, call.finish_reason, call.http_status, call.error = "aborted", "abort", 503, str(exc)
-        call.response_body = adapter.error_body(503, str(exc), "unavailable")
+    async def _aborted(self, call: Call, adapter: Adapter, exc: Aborted, partial: UpstreamResult | None) -> Reply:
+        """Recorded (flagged, never ok; with the tokens sampled before the abort, when the call was read
+        as a stream) and answered 503 with Retry-After: harnesses retry, after the resume."""
+        if partial is not None:
+            _answered(call, partial)
+        _cut_short(call, adapter, _aborted_ending(exc))
         await self._record(call)
         return Reply(503, dump_bytes(call.response_body), {"content-type": JSON_TYPE, "retry-after": str(RETRY_AFTER)})
 
@@ -399,6 +443,35 @@ def _translate(adapter: Adapter, data: dict, ctx: RequestContext) -> dict:
         return adapter.to_chat_request(data, ctx)
     except AdapterError as exc:
         raise Reject(exc.status, str(exc), exc.kind) from None
+
+
+def _ids(call: Call) -> dict[str, str]:
+    return {"x-tracetap-session": call.session_id, "x-tracetap-completion-id": call.completion_id}
+
+
+def _failed_fields(call: Call, adapter: Adapter, exc: UpstreamError) -> None:
+    """What a failed upstream call tells the record (no tokens: the upstream gave none that are usable)."""
+    kind = _UPSTREAM_KINDS.get(exc.kind, "upstream_unreachable")
+    call.status = _FAILED_STATUS.get(exc.kind, "upstream_error")
+    call.metadata, call.engine = exc.metadata, exc.engine
+    call.http_status, call.error, call.upstream_body = exc.status, str(exc), exc.body
+    call.chat_request = exc.request or call.chat_request
+    call.response_body = adapter.error_body(exc.status, str(exc), kind)
+
+
+def _aborted_ending(exc: Aborted) -> Ending:
+    return Ending("aborted", 503, str(exc), "unavailable")
+
+
+def _cut_short(call: Call, adapter: Adapter, ending: Ending) -> None:
+    """A call that ended before the upstream finished it: flagged with how it ended, never ok. A pause
+    abort is `finish_reason = abort`; a client that left got no error, so its partial answer is kept."""
+    call.status, call.http_status, call.error = ending.status, ending.http_status, ending.error
+    call.partial = call.capture is not None
+    if ending.status == "aborted":
+        call.finish_reason = "abort"
+    if ending.status != "disconnected":
+        call.response_body = adapter.error_body(ending.http_status, ending.error or ending.status, ending.kind)
 
 
 def _answered(call: Call, result: UpstreamResult) -> None:

@@ -132,10 +132,10 @@ def chat_chunks(done: Completion, request: ChatRequest, tokenizer: ChatTokenizer
     return chunks
 
 
-def sse(chunks: list[dict]) -> bytes:
-    """Chunks as `data:` events followed by `data: [DONE]`."""
+def sse(chunks: list[dict]) -> list[bytes]:
+    """Chunks as `data:` events followed by `data: [DONE]`, one frame each (sent one by one)."""
     events = [f"data: {json.dumps(chunk, ensure_ascii=False, separators=(',', ':'))}\n\n" for chunk in chunks]
-    return ("".join(events) + "data: [DONE]\n\n").encode()
+    return [event.encode() for event in events] + [b"data: [DONE]\n\n"]
 
 
 def models(served_model: str, max_model_len: int, root: str) -> dict[str, Any]:

@@ -2,13 +2,17 @@
 
 Usable in-process (`EngineServer(...).start()` in the gateway command and in tests) or alone through
 `tracetap engine`. Requests run on their own threads; the model lock lets one forward pass run at a time.
+A stream is written chunk by chunk (chunked transfer encoding); `pace_ms` (or $TRACETAP_ENGINE_PACE_MS)
+waits that long before each chunk, so a client sees tokens arrive over time as from a real engine.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import os
 import threading
+import time
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -21,6 +25,7 @@ from tracetap.engine.request import EngineError, parse_chat, parse_completion, p
 from tracetap.engine.script import Script
 
 SESSION_HEADER = "x-tracetap-session"
+PACE_ENV = "TRACETAP_ENGINE_PACE_MS"
 log = logging.getLogger("engine")
 
 
@@ -30,10 +35,11 @@ class EngineServer:
     def __init__(
         self, host: str = "127.0.0.1", port: int = 0, script: Path | None = None,
         served_model: str = "tracetap-tiny", seed: int = 0, max_model_len: int = MAX_MODEL_LEN,
-        cache_dir: Path | None = None,
+        cache_dir: Path | None = None, pace_ms: float | None = None,
     ) -> None:
         self.engine = Engine(Script.load(script) if script else None, seed, max_model_len, cache_dir)
         self.served_model = served_model
+        self.pace = (pace_ms if pace_ms is not None else float(os.environ.get(PACE_ENV) or 0)) / 1000
         self._address = (host, port)
         self._httpd: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
@@ -71,7 +77,7 @@ class EngineServer:
     def __exit__(self, *exc: object) -> None:
         self.stop()
 
-    # Route handlers: (handler) -> (status, body) where body is a dict, bytes (SSE) or None (empty).
+    # Route handlers: (handler) -> (status, body) where body is a dict, a list of SSE frames or None (empty).
 
     def health(self, _: Handler) -> tuple[int, Any]:
         return 200, None
@@ -163,16 +169,29 @@ class Handler(BaseHTTPRequestHandler):
         self._send(status, payload)
 
     def _send(self, status: int, payload: Any) -> None:
-        if isinstance(payload, bytes):
-            data, kind = payload, "text/event-stream; charset=utf-8"
-        else:
-            data = b"" if payload is None else json.dumps(payload, ensure_ascii=False).encode()
-            kind = "application/json"
+        if isinstance(payload, list):
+            return self._stream(status, payload)
+        data = b"" if payload is None else json.dumps(payload, ensure_ascii=False).encode()
         self.send_response(status)
-        self.send_header("Content-Type", kind)
+        self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(data)))
         self.end_headers()
         self.wfile.write(data)
+
+    def _stream(self, status: int, frames: list[bytes]) -> None:
+        """Each frame as one HTTP chunk, flushed, after the pace; a client that left ends it."""
+        self.send_response(status)
+        self.send_header("Content-Type", "text/event-stream; charset=utf-8")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        try:
+            for frame in frames:
+                time.sleep(self.engine_server.pace)
+                self.wfile.write(b"%x\r\n%b\r\n" % (len(frame), frame))
+                self.wfile.flush()
+            self.wfile.write(b"0\r\n\r\n")
+        except (BrokenPipeError, ConnectionResetError):
+            self.close_connection = True  # the client went away: the request is aborted
 
     def log_message(self, format: str, *args: Any) -> None:
         log.debug("%s - %s", self.address_string(), format % args)

@@ -14,7 +14,8 @@ API_NAMES = ("openai_chat", "anthropic_messages", "openai_responses", "gemini")
 # degraded: the upstream answered (the harness got it) but not with training data: no token ids,
 # logprobs that do not line up, no choices, a stream where JSON was asked for; `error` says which.
 # aborted: a pause for a weight update cancelled the call upstream (finish_reason `abort`)
-COMPLETION_STATUSES = ("ok", "degraded", "upstream_error", "timeout", "client_error", "aborted")
+# disconnected: the client left a streamed call mid-stream; the upstream was stopped (tokens: what was sampled)
+COMPLETION_STATUSES = ("ok", "degraded", "upstream_error", "timeout", "client_error", "aborted", "disconnected")
 # calls the gateway answers without recording a completion, counted per session in `sessions`
 UNRECORDED_KINDS = ("probe", "models", "count_tokens", "client_error", "server_error")
 

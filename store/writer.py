@@ -71,7 +71,7 @@ from tracetap.store.schema import (
 from tracetap.store.snapshot import partitions, visible
 from tracetap.store.tables import rows_to_table
 
-FAILED = ("upstream_error", "timeout", "aborted")
+FAILED = ("upstream_error", "timeout", "aborted", "disconnected")
 SESSION_SAVE_DELAY = 0.5  # seconds the calls of a session wait to share one summary-row rewrite (derived
 # data, recounted on open; at 0.05 s a busy gateway rewrote ~1 row per call, ~0.7 ms CPU each)
 MAX_SESSIONS = 1024  # session states kept in memory (a few KB each); older idle ones are dropped

@@ -212,10 +212,13 @@ def _stub_handler(stub: StubUpstream) -> type[BaseHTTPRequestHandler]:
             if plan.answer is not None:
                 status, payload, extra = plan.answer(body)
                 return self._send(status, payload, extra.get("content-type", "application/json"), extra)
-            self._send_fixture(plan.fixture)
+            self._send_fixture(plan.fixture, body.get("stream") is True)
 
-        def _send_fixture(self, name: str) -> None:
-            self._send(INDEX[name]["status"], fixture_body(name), INDEX[name]["content_type"])
+        def _send_fixture(self, name: str, stream: bool = False) -> None:
+            status, kind = INDEX[name]["status"], INDEX[name]["content_type"]
+            if stream and status == 200 and "json" in kind:  # a streamed call: the answer as vLLM streams it
+                return self._send(200, as_stream(json.loads(fixture_body(name))), "text/event-stream")
+            self._send(status, fixture_body(name), kind)
 
         def _send(self, status: int, payload: bytes, content_type: str, extra: dict | None = None) -> None:
             try:
@@ -235,6 +238,18 @@ def _stub_handler(stub: StubUpstream) -> type[BaseHTTPRequestHandler]:
 
     return Handler
 
+
+
+def as_stream(body: dict) -> bytes:
+    """A whole vLLM chat answer as the SSE stream vLLM sends for it: the prompt ids first, then the answer in
+    one chunk (its token ids and logprobs), then the usage."""
+    head = {key: body[key] for key in ("id", "created", "model") if key in body}
+    choices = body.get("choices") or [{}]
+    first = {**head, "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}}],
+             "prompt_token_ids": body.get("prompt_token_ids")}
+    whole = {**{k: v for k, v in choices[0].items() if k != "message"}, "delta": choices[0].get("message") or {}}
+    chunks = [first, {**head, "choices": [whole]}, {**head, "choices": [], "usage": body.get("usage")}]
+    return "".join(f"data: {json.dumps(chunk)}\n\n" for chunk in chunks).encode() + b"data: [DONE]\n\n"
 
 
 def wait_done(client: httpx.Client, path: str, timeout: float = 240) -> dict:

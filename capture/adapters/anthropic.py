@@ -19,9 +19,10 @@ from tracetap.capture.adapters.chat_parts import (
     synthetic_signature,
     usage_of,
 )
+from tracetap.capture.adapters.stream_pieces import ARGUMENTS, CALL, REASONING, PendingCall, Piece, pieces, replayed
 
 __all__ = ["API", "count_tokens_body", "error_body", "error_event", "from_chat_response", "to_chat_request",
-           "to_sse_events"]
+           "to_sse_events", "translator"]
 
 API = "anthropic_messages"
 
@@ -36,6 +37,8 @@ _KIND_TYPES = {
     "unavailable": "overloaded_error",
     "internal": "api_error",
 }
+_EMPTY_BLOCKS = {"thinking": {"type": "thinking", "thinking": "", "signature": ""},
+                 "text": {"type": "text", "text": ""}}
 _STATUS_TYPES = {
     400: "invalid_request_error", 401: "authentication_error", 402: "billing_error",
     403: "permission_error", 404: "not_found_error", 413: "request_too_large",
@@ -114,40 +117,104 @@ def _usage(chat: dict) -> dict:
 
 def to_sse_events(chat: dict, ctx: RequestContext) -> list[bytes]:
     """message_start, then start/deltas/stop per block (indexes 0..n-1), message_delta, message_stop."""
-    message = from_chat_response(chat, ctx)
-    opening = {**message, "content": [], "stop_reason": None, "stop_sequence": None,
-               "usage": {**message["usage"], "output_tokens": 0}}
-    events = [_event("message_start", message=opening)]
-    for index, block in enumerate(message["content"]):
-        events += _block_events(index, block)
-    delta = {"stop_reason": message["stop_reason"], "stop_sequence": message["stop_sequence"]}
-    events.append(_event("message_delta", delta=delta, usage=message["usage"]))
-    events.append(_event("message_stop"))
-    return events
+    return replayed(translator(ctx), chat)
+
+
+def translator(ctx: RequestContext) -> MessageStream:
+    return MessageStream(ctx)
+
+
+class MessageStream:
+    """Blocks open and close as the kind of piece changes. A thinking block ends with the signature of
+    its whole text; a tool_use block sends its input as one JSON delta when it ends (the input must be
+    a JSON object, so the arguments are parsed whole). `message_delta` + `message_stop` are terminal."""
+
+    def __init__(self, ctx: RequestContext):
+        self.ctx = ctx
+        self.started = False
+        self.index = -1  # of the open block (or the last one)
+        self.open: dict | None = None  # the open block: its type and what it gathered
+        self.call: PendingCall | None = None
+
+    def events(self, chunk: dict) -> list[bytes]:
+        events = [] if self.started else [self._message_start(chunk)]
+        self.started = True
+        for piece in pieces(chunk):
+            events += self._piece(piece)
+        return events
+
+    def closing(self, chat: dict) -> list[bytes]:
+        events = [] if self.started else self.events({"usage": chat.get("usage")})
+        if self.index < 0:  # an empty answer is one empty text block
+            events += self._open("text", dict(_EMPTY_BLOCKS["text"]))
+        return events + self._close()
+
+    def terminal(self, chat: dict) -> list[bytes]:
+        message = from_chat_response(chat, self.ctx)
+        delta = {"stop_reason": message["stop_reason"], "stop_sequence": message["stop_sequence"]}
+        return [_event("message_delta", delta=delta, usage=message["usage"]), _event("message_stop")]
+
+    def error(self, status: int, message: str, kind: str) -> list[bytes]:
+        return [error_event(status, message, kind)]
+
+    def _message_start(self, chunk: dict) -> bytes:
+        """The opening message; its input tokens from the chunk's usage, else from its prompt ids."""
+        prompt = {"prompt_tokens": len(chunk.get("prompt_token_ids") or [])}
+        empty = {"choices": [{"message": {"content": None}}], "usage": chunk.get("usage") or prompt}
+        message = from_chat_response(empty, self.ctx)
+        opening = {**message, "content": [], "stop_reason": None, "stop_sequence": None,
+                   "usage": {**message["usage"], "output_tokens": 0}}
+        return _event("message_start", message=opening)
+
+    def _piece(self, piece: Piece) -> list[bytes]:
+        if piece.kind == ARGUMENTS:
+            if self.call is not None and self.call.index == piece.index:
+                self.call.arguments += piece.text
+            return []
+        if piece.kind == CALL:
+            return self._tool_use(piece)
+        kind = "thinking" if piece.kind == REASONING else "text"
+        events = [] if self.open and self.open["type"] == kind else self._switch(kind)
+        assert self.open is not None  # just opened, or already open
+        self.open[kind] += piece.text
+        return events + [_event("content_block_delta", index=self.index,
+                                delta={"type": f"{kind}_delta", kind: piece.text})]
+
+    def _switch(self, kind: str) -> list[bytes]:
+        return self._close() + self._open(kind, dict(_EMPTY_BLOCKS[kind]))
+
+    def _tool_use(self, piece: Piece) -> list[bytes]:
+        events = self._close()
+        self.call = PendingCall(piece.index, piece.call_id, piece.name)
+        block = {"type": "tool_use", "id": _tool_use_id(piece.call_id, self.ctx.completion_id, piece.index),
+                 "name": piece.name or "", "input": {}}
+        return events + self._open("tool_use", block)
+
+    def _open(self, kind: str, block: dict) -> list[bytes]:
+        self.index += 1
+        self.open = {"type": kind, "thinking": "", "text": ""}
+        return [_event("content_block_start", index=self.index, content_block=block)]
+
+    def _close(self) -> list[bytes]:
+        """End the open block: a thinking block's signature or a tool call's input first."""
+        if self.open is None:
+            return []
+        events = [_event("content_block_delta", index=self.index, delta=delta) for delta in self._last_deltas()]
+        self.open, self.call = None, None
+        return events + [_event("content_block_stop", index=self.index)]
+
+    def _last_deltas(self) -> list[dict]:
+        assert self.open is not None  # only called with a block open
+        if self.open["type"] == "thinking":
+            return [{"type": "signature_delta", "signature": synthetic_signature(self.open["thinking"])}]
+        if self.open["type"] == "tool_use" and self.call is not None:
+            partial = json.dumps(arguments_object(self.call.arguments), ensure_ascii=False)
+            return [{"type": "input_json_delta", "partial_json": partial}]
+        return []
 
 
 def _event(kind: str, **fields: object) -> bytes:
     return sse_frame({"type": kind, **fields}, event=kind)
-
-
-def _block_events(index: int, block: dict) -> list[bytes]:
-    """One block as start (empty), its deltas, stop; a thinking block ends with its signature."""
-    if block["type"] == "thinking":
-        empty: dict = {"type": "thinking", "thinking": "", "signature": ""}
-        deltas = [{"type": "thinking_delta", "thinking": block["thinking"]},
-                  {"type": "signature_delta", "signature": block["signature"]}]
-    elif block["type"] == "tool_use":
-        empty = {**block, "input": {}}
-        partial = json.dumps(block["input"], ensure_ascii=False)
-        deltas = [{"type": "input_json_delta", "partial_json": partial}]
-    else:
-        empty = {"type": "text", "text": ""}
-        deltas = [{"type": "text_delta", "text": block["text"]}] if block["text"] else []
-    return [
-        _event("content_block_start", index=index, content_block=empty),
-        *(_event("content_block_delta", index=index, delta=delta) for delta in deltas),
-        _event("content_block_stop", index=index),
-    ]
 
 
 # ---------------------------------------------------------------- errors and token counts

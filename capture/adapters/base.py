@@ -11,9 +11,14 @@ OpenAI Chat Completions, the only shape the upstream engine speaks:
 plus `count_tokens_body(n)` for APIs with a token-count endpoint (`TokenCounter`) and
 `model_body(name)` / `models_body(names)` for APIs with their own model list (`ModelLister`). `chat` is
 always a complete, non-streaming vLLM-style response (`choices[0].message.{content,
-reasoning|reasoning_content, tool_calls}`, `finish_reason`, `stop_reason`, `usage`); streams are
-synthesized from it. The contract is the `Adapter` Protocol below, which mypy checks every adapter
-module against (capture/adapters/__init__.py).
+reasoning|reasoning_content, tool_calls}`, `finish_reason`, `stop_reason`, `usage`).
+
+Streams come from one `StreamTranslator` per call (`translator(ctx)`): fed vLLM chunks as they arrive,
+it gives the provider's events as they become known; `closing` and `terminal` end the stream from the
+folded answer. `to_sse_events` is that translator fed the complete answer as one chunk
+(`stream_pieces.whole_chunk`), so a synthetic stream and a live one are the same translation.
+The contract is the `Adapter` Protocol below, which mypy checks every adapter module against
+(capture/adapters/__init__.py).
 """
 
 from __future__ import annotations
@@ -60,6 +65,26 @@ class RequestContext:
     extra: dict = field(default_factory=dict)  # the gateway passes the harness's body as "request"
 
 
+class StreamTranslator(Protocol):
+    """One call's provider stream, built from vLLM chat chunks (pure: bytes in, bytes out)."""
+
+    def events(self, chunk: dict, /) -> list[bytes]:
+        """The events a chunk makes known (the stream's opening events come with the first)."""
+        ...
+
+    def closing(self, chat: dict, /) -> list[bytes]:
+        """What ends the open blocks, given the folded answer; sent before the answer is durable."""
+        ...
+
+    def terminal(self, chat: dict, /) -> list[bytes]:
+        """The events that tell a client the answer is complete: held until it is recorded."""
+        ...
+
+    def error(self, status: int, message: str, kind: str, /) -> list[bytes]:
+        """A failure after the stream began, in the API's in-stream error shape (instead of `terminal`)."""
+        ...
+
+
 class Adapter(Protocol):
     """One provider API (a module of pure functions; parameters are positional)."""
 
@@ -68,6 +93,8 @@ class Adapter(Protocol):
     def from_chat_response(self, chat: dict, ctx: RequestContext, /) -> dict: ...
 
     def to_sse_events(self, chat: dict, ctx: RequestContext, /) -> list[bytes]: ...
+
+    def translator(self, ctx: RequestContext, /) -> StreamTranslator: ...
 
     def error_body(self, status: int, message: str, kind: str, /) -> dict: ...
 

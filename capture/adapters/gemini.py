@@ -14,11 +14,12 @@ from __future__ import annotations
 from tracetap.capture.adapters.base import RequestContext, first_choice, reasoning_text, request_body, sse_frame
 from tracetap.capture.adapters.chat_parts import arguments_object, usage_of
 from tracetap.capture.adapters.gemini_request import include_thoughts, to_chat_request
+from tracetap.capture.adapters.stream_pieces import REASONING, TEXT, Piece, pieces, replayed
 from tracetap.capture.jsontext import dumps
 
 __all__ = [
     "API", "to_chat_request", "from_chat_response", "to_sse_events", "error_body", "error_event",
-    "count_tokens_body", "model_body", "models_body",
+    "count_tokens_body", "model_body", "models_body", "translator",
 ]
 
 API = "gemini"
@@ -46,14 +47,54 @@ def from_chat_response(chat: dict, ctx: RequestContext) -> dict:
 def to_sse_events(chat: dict, ctx: RequestContext) -> list[bytes]:
     """`data:` frames only (no `event:` lines, no comments): one per thought or text part, then the
     function calls together in the last frame, which also carries finishReason and usageMetadata."""
-    parts = _parts(chat, ctx)
-    head = [part for part in parts if "functionCall" not in part]
-    last = [part for part in parts if "functionCall" in part]
-    if not last:
-        head, last = head[:-1], head[-1:]
-    chunks = [_chunk([part], ctx, chat, final=False) for part in head]
-    chunks.append(_chunk(last, ctx, chat, final=True))
-    return [sse_frame(_one_line_json(chunk)) for chunk in chunks]
+    return replayed(translator(ctx), chat)
+
+
+def translator(ctx: RequestContext) -> ContentStream:
+    return ContentStream(ctx)
+
+
+class ContentStream:
+    """One frame per thought or text piece, sent when the next piece arrives: the last one (when the
+    answer has no function calls) rides in the terminal frame with finishReason and usageMetadata."""
+
+    def __init__(self, ctx: RequestContext):
+        self.ctx = ctx
+        self.thoughts = _wants_thoughts(ctx)
+        self.held: dict | None = None  # the latest thought or text part, not sent yet
+
+    def events(self, chunk: dict) -> list[bytes]:
+        frames = []
+        for piece in pieces(chunk):
+            part = _part(piece, self.thoughts)
+            if part is not None:
+                frames += self._flush()
+                self.held = part
+        return frames
+
+    def closing(self, chat: dict) -> list[bytes]:
+        return self._flush() if _calls(chat) else []
+
+    def terminal(self, chat: dict) -> list[bytes]:
+        parts = _calls(chat) or ([self.held] if self.held else [{"text": ""}])
+        return [_frame(_chunk(parts, self.ctx, chat, final=True))]
+
+    def error(self, status: int, message: str, kind: str) -> list[bytes]:
+        return [error_event(status, message, kind)]
+
+    def _flush(self) -> list[bytes]:
+        held, self.held = self.held, None
+        return [_frame(_chunk([held], self.ctx, {}, final=False))] if held else []
+
+
+def _part(piece: Piece, thoughts: bool) -> dict | None:
+    if piece.kind == TEXT:
+        return {"text": piece.text}
+    return {"text": piece.text, "thought": True} if piece.kind == REASONING and thoughts else None
+
+
+def _frame(chunk: dict) -> bytes:
+    return sse_frame(_one_line_json(chunk))
 
 
 def _parts(chat: dict, ctx: RequestContext) -> list[dict]:
@@ -65,11 +106,18 @@ def _parts(chat: dict, ctx: RequestContext) -> list[dict]:
         parts.append({"text": thought, "thought": True})
     if isinstance(text := message.get("content"), str) and text:
         parts.append({"text": text})
-    for call in message.get("tool_calls") or []:
-        function = call.get("function") or {}
-        args = arguments_object(function.get("arguments"))
-        parts.append({"functionCall": {"id": call.get("id"), "name": function.get("name"), "args": args}})
-    return parts or [{"text": ""}]
+    return parts + _calls(chat) or [{"text": ""}]
+
+
+def _calls(chat: dict) -> list[dict]:
+    """One functionCall part per tool call of the answer."""
+    calls = (first_choice(chat).get("message") or {}).get("tool_calls") or []
+    return [_call_part(call.get("function") or {}, call.get("id")) for call in calls]
+
+
+def _call_part(function: dict, call_id: str | None) -> dict:
+    args = arguments_object(function.get("arguments"))
+    return {"functionCall": {"id": call_id, "name": function.get("name"), "args": args}}
 
 
 def _wants_thoughts(ctx: RequestContext) -> bool:

@@ -22,6 +22,7 @@ from tracetap.capture.adapters.base import (
 from tracetap.capture.adapters.chat_fields import forwarded
 from tracetap.capture.adapters.schemas import validate
 from tracetap.capture.adapters.schemas.openai_chat import ChatRequest
+from tracetap.capture.adapters.stream_pieces import CALL, REASONING, TEXT, Piece, pieces, replayed
 
 API = "openai_chat"
 _ERROR_TYPES = {
@@ -83,37 +84,55 @@ def _asked_logprobs(ctx: RequestContext) -> bool:
 
 def to_sse_events(chat: dict, ctx: RequestContext) -> list[bytes]:
     """The complete answer replayed as a chunk stream an OpenAI client folds back into it."""
-    choice = first_choice(chat)
-    message = choice.get("message") or {}
-    base = {"id": ctx.completion_id, "object": "chat.completion.chunk", "created": ctx.created,
-            "model": ctx.requested_model}
-    deltas = [{"role": "assistant", "content": ""}]
-    reasoning = reasoning_text(message)
-    if reasoning:
-        deltas.append({"reasoning": reasoning, "reasoning_content": reasoning})
-    if message.get("content"):
-        deltas.append({"content": message["content"]})
-    deltas += _tool_call_deltas(message.get("tool_calls") or [])
-    frames = [_chunk(base, delta) for delta in deltas]
-    logprobs = choice.get("logprobs") if _asked_logprobs(ctx) else None
-    frames.append(_chunk(base, {}, choice.get("finish_reason") or "stop", logprobs))
-    if (request_body(ctx).get("stream_options") or {}).get("include_usage"):
-        frames.append(sse_frame({**base, "choices": [], "usage": chat.get("usage")}))
-    frames.append(sse_frame("[DONE]"))
-    return frames
+    return replayed(translator(ctx), chat)
 
 
-def _tool_call_deltas(calls: list[dict]) -> list[dict]:
-    deltas = []
-    for index, call in enumerate(calls):
-        function = call.get("function") or {}
-        head = {"index": index, "id": call.get("id"), "type": "function",
-                "function": {"name": function.get("name"), "arguments": ""}}
-        deltas.append({"tool_calls": [head]})
-        if function.get("arguments"):
-            rest = {"index": index, "function": {"arguments": function["arguments"]}}
-            deltas.append({"tool_calls": [rest]})
-    return deltas
+def translator(ctx: RequestContext) -> ChunkStream:
+    return ChunkStream(ctx)
+
+
+class ChunkStream:
+    """vLLM's chunks under the harness's id and model, one kind of delta per chunk, without token arrays.
+
+    Logprobs (when asked) come whole on the finish chunk, which is held with `[DONE]` as the terminal part.
+    """
+
+    def __init__(self, ctx: RequestContext):
+        self.ctx = ctx
+        self.base = {"id": ctx.completion_id, "object": "chat.completion.chunk", "created": ctx.created,
+                     "model": ctx.requested_model}
+        self.started = False
+
+    def events(self, chunk: dict) -> list[bytes]:
+        opening = [] if self.started else [_chunk(self.base, {"role": "assistant", "content": ""})]
+        self.started = True
+        return opening + [_chunk(self.base, _delta(piece)) for piece in pieces(chunk)]
+
+    def closing(self, chat: dict) -> list[bytes]:
+        return [] if self.started else self.events({})
+
+    def terminal(self, chat: dict) -> list[bytes]:
+        choice = first_choice(chat)
+        logprobs = choice.get("logprobs") if _asked_logprobs(self.ctx) else None
+        frames = [_chunk(self.base, {}, choice.get("finish_reason") or "stop", logprobs)]
+        if (request_body(self.ctx).get("stream_options") or {}).get("include_usage"):
+            frames.append(sse_frame({**self.base, "choices": [], "usage": chat.get("usage")}))
+        return frames + [sse_frame("[DONE]")]
+
+    def error(self, status: int, message: str, kind: str) -> list[bytes]:
+        """An error chunk, as vLLM sends one mid-stream: the OpenAI SDK raises it."""
+        return [sse_frame(error_body(status, message, kind))]
+
+
+def _delta(piece: Piece) -> dict:
+    if piece.kind == REASONING:
+        return {"reasoning": piece.text, "reasoning_content": piece.text}
+    if piece.kind == TEXT:
+        return {"content": piece.text}
+    if piece.kind == CALL:
+        function = {"name": piece.name, "arguments": ""}
+        return {"tool_calls": [{"index": piece.index, "id": piece.call_id, "type": "function", "function": function}]}
+    return {"tool_calls": [{"index": piece.index, "function": {"arguments": piece.text}}]}
 
 
 def _chunk(base: dict, delta: dict, finish_reason: str | None = None, logprobs: dict | None = None) -> bytes:

@@ -27,27 +27,28 @@ Responses and streams are built in `openai_responses_output`; they read the harn
 from __future__ import annotations
 
 import json
-import re
 from typing import Any
 
 from tracetap.capture.adapters import openai_chat
 from tracetap.capture.adapters.base import AdapterError, RequestContext
 from tracetap.capture.adapters.openai_responses_output import (
+    CONTEXT_OVERFLOW,
     SHELL_KINDS,
     SHELL_TOOL_NAME,
-    failed_events,
     from_chat_response,
+    is_overflow,
     open_reasoning,
     shell_action,
     shell_arguments,
     shell_tool,
     to_sse_events,
+    translator,
 )
 from tracetap.capture.adapters.schemas import validate
 from tracetap.capture.adapters.schemas.openai_responses import ResponsesRequest
 
 __all__ = ["to_chat_request", "from_chat_response", "to_sse_events", "error_body", "error_events",
-           "count_tokens_body"]
+           "count_tokens_body", "translator"]
 
 _HOSTED_CALLS = frozenset({
     "web_search_call", "file_search_call", "computer_call", "computer_call_output", "code_interpreter_call",
@@ -59,11 +60,8 @@ _OUTPUTS = ("function_call_output", "custom_tool_call_output", "local_shell_call
 _ROLES = {"user": "user", "assistant": "assistant", "system": "system", "developer": "system"}
 _DETAILS = ("auto", "low", "high")
 _NO_THINKING = ("none", "minimal")
-CONTEXT_OVERFLOW = "context_length_exceeded"
 _CUSTOM_PARAMETERS = {"type": "object", "properties": {"input": {"type": "string"}}, "required": ["input"]}
 _TYPE_NAMES = {str: "a string", int: "an integer", float: "a number", bool: "a boolean", dict: "an object"}
-_OVERFLOW = re.compile(r"maximum context length|context window|context length exceeded|prompt is too long",
-                       re.IGNORECASE)
 
 
 def to_chat_request(body: dict, ctx: RequestContext) -> dict:
@@ -88,7 +86,7 @@ def to_chat_request(body: dict, ctx: RequestContext) -> dict:
 def error_body(status: int, message: str, kind: str = "invalid_request") -> dict:
     """OpenAI's error envelope (shared with Chat); context overflows get `context_length_exceeded`."""
     body = openai_chat.error_body(status, message, kind)
-    if _is_overflow(status, message):
+    if is_overflow(status, message):
         body["error"].update(type="invalid_request_error", param="input", code=CONTEXT_OVERFLOW)
     return body
 
@@ -98,20 +96,12 @@ def error_events(status: int, message: str, kind: str, ctx: RequestContext) -> l
 
     Codex reads the code: `context_length_exceeded` is final, any other is retried.
     """
-    if _is_overflow(status, message):
-        code = CONTEXT_OVERFLOW
-    else:
-        code = "server_error" if status >= 500 else "invalid_prompt"
-    return failed_events({"code": code, "message": message}, ctx)
+    return translator(ctx).error(status, message, kind)
 
 
 def count_tokens_body(n: int) -> dict:
     """Answer of `POST /v1/responses/input_tokens`."""
     return {"object": "response.input_tokens", "input_tokens": n}
-
-
-def _is_overflow(status: int, message: str) -> bool:
-    return status < 500 and bool(_OVERFLOW.search(message or ""))
 
 
 def _messages(body: dict) -> list[dict]:

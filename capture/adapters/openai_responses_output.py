@@ -19,6 +19,7 @@ from __future__ import annotations
 import base64
 import json
 import re
+from collections.abc import Callable
 
 from tracetap.capture.adapters.base import (
     AdapterError,
@@ -29,6 +30,7 @@ from tracetap.capture.adapters.base import (
     sse_frame,
 )
 from tracetap.capture.adapters.chat_parts import usage_of
+from tracetap.capture.adapters.stream_pieces import ARGUMENTS, CALL, REASONING, PendingCall, Piece, pieces, replayed
 
 SEAL_PREFIX = "tracetap:v1:"
 SHELL_TOOL_NAME = "shell"
@@ -64,6 +66,9 @@ _NOTHING_YET: dict[str, dict] = {  # an item's fields before anything is generat
     "reasoning": {"summary": [], "encrypted_content": None}, "message": {"content": []},
     "function_call": {"arguments": ""}, "custom_tool_call": {"input": ""}}
 _INCOMPLETE: dict[str | None, str] = {"length": "max_output_tokens", "content_filter": "content_filter"}
+CONTEXT_OVERFLOW = "context_length_exceeded"
+_OVERFLOW = re.compile(r"maximum context length|context window|context length exceeded|prompt is too long",
+                       re.IGNORECASE)
 
 
 def seal_reasoning(text: str) -> str:
@@ -136,24 +141,109 @@ def from_chat_response(chat: dict, ctx: RequestContext) -> dict:
 
 def to_sse_events(chat: dict, ctx: RequestContext) -> list[bytes]:
     """The Responses event stream that replays one complete upstream chat completion."""
-    final = from_chat_response(chat, ctx)
-    stream = _Stream()
-    opening = {**final, "status": "in_progress", "incomplete_details": None, "output": [], "usage": None}
-    stream.emit("response.created", response=opening)
-    stream.emit("response.in_progress", response=opening)
-    for index, item in enumerate(final["output"]):
-        _item_events(stream, index, item)
-    stream.emit("response.completed", response=final)
-    return stream.frames
+    return replayed(translator(ctx), chat)
 
 
-def failed_events(error: dict, ctx: RequestContext) -> list[bytes]:
-    """An in-stream failure: `response.created` then `response.failed` carrying `error` (code, message)."""
-    stream = _Stream()
-    response = {**_envelope(ctx, "in_progress"), "output": [], "usage": None, "incomplete_details": None}
-    stream.emit("response.created", response=response)
-    stream.emit("response.failed", response={**response, "status": "failed", "error": error})
-    return stream.frames
+def translator(ctx: RequestContext) -> ResponseStream:
+    return ResponseStream(ctx)
+
+
+class ResponseStream:
+    """Reasoning and text items stream their deltas; a tool call becomes its item (function, custom or
+    shell: known only from all its arguments) when it ends. `response.completed` is the terminal event."""
+
+    def __init__(self, ctx: RequestContext):
+        self.ctx, self.stream = ctx, _Stream()
+        self.hex, self.kinds = _hex(ctx), tool_kinds(request_body(ctx).get("tools"))
+        self.started = False
+        self.items = 0  # output items announced
+        self.open: tuple[str, str] | None = None  # the open reasoning or message item: (type, text so far)
+        self.call: PendingCall | None = None
+
+    def events(self, chunk: dict) -> list[bytes]:
+        if not self.started:
+            self.started = True
+            opening = {**_envelope(self.ctx, "in_progress"), "output": [], "usage": None}
+            self.stream.emit("response.created", response=opening)
+            self.stream.emit("response.in_progress", response=opening)
+        for piece in pieces(chunk):
+            self._piece(piece)
+        return self.stream.take()
+
+    def closing(self, chat: dict) -> list[bytes]:
+        self.events({})
+        self._close()
+        if self.items == 0:  # an empty answer is one empty message
+            self._open("message")
+            self._close()
+        return self.stream.take()
+
+    def terminal(self, chat: dict) -> list[bytes]:
+        self.stream.emit("response.completed", response=from_chat_response(chat, self.ctx))
+        return self.stream.take()
+
+    def error(self, status: int, message: str, kind: str) -> list[bytes]:
+        """`response.failed` carrying the error's code and message (after `response.created`, which a
+        failure before the stream began is sent first)."""
+        response = {**_envelope(self.ctx, "in_progress"), "output": [], "usage": None}
+        if not self.started:
+            self.started = True
+            self.stream.emit("response.created", response=response)
+        failed = {**response, "status": "failed", "error": failure(status, message)}
+        self.stream.emit("response.failed", response=failed)
+        return self.stream.take()
+
+    def _piece(self, piece: Piece) -> None:
+        if piece.kind == ARGUMENTS:
+            if self.call is not None and self.call.index == piece.index:
+                self.call.arguments += piece.text
+            return
+        if piece.kind == CALL:
+            self._close()
+            self.call = PendingCall(piece.index, piece.call_id, piece.name)
+            return
+        kind = "reasoning" if piece.kind == REASONING else "message"
+        if self.open is None or self.open[0] != kind:
+            self._close()
+            self._open(kind)
+        assert self.open is not None  # just opened, or already open
+        self.open = (kind, self.open[1] + piece.text)
+        _DELTAS[kind](self.stream, self._where(), piece.text)
+
+    def _open(self, kind: str) -> None:
+        self.open = (kind, "")
+        self.items += 1
+        item = _ITEMS[kind](self.hex, "")
+        self.stream.emit("response.output_item.added", output_index=self.items - 1, item=_opening(item))
+        _STARTS[kind](self.stream, self._where())
+
+    def _close(self) -> None:
+        if self.open is not None:
+            kind, text = self.open
+            item = _ITEMS[kind](self.hex, text)
+            _ENDS[kind](self.stream, self._where(), text)
+            self.stream.emit("response.output_item.done", output_index=self.items - 1, item=item)
+        elif self.call is not None:
+            self.items += 1
+            _call_events(self.stream, self.items - 1, _call_item(self.call.as_chat(), f"{self.hex}_{self.call.index}",
+                                                                 self.kinds))
+        self.open, self.call = None, None
+
+    def _where(self) -> dict:
+        prefix = "rs_" if self.open and self.open[0] == "reasoning" else "msg_"
+        return {"item_id": prefix + self.hex, "output_index": self.items - 1}
+
+
+def failure(status: int, message: str) -> dict:
+    """A failed response's `error`: Codex reads the code (`context_length_exceeded` is final, any other retried)."""
+    if is_overflow(status, message):
+        return {"code": CONTEXT_OVERFLOW, "message": message}
+    return {"code": "server_error" if status >= 500 else "invalid_prompt", "message": message}
+
+
+def is_overflow(status: int, message: str) -> bool:
+    """Whether an error says the prompt does not fit the model's context."""
+    return status < 500 and bool(_OVERFLOW.search(message or ""))
 
 
 def _envelope(ctx: RequestContext, status: str) -> dict:
@@ -179,16 +269,23 @@ def _output(message: dict, ctx: RequestContext) -> list[dict]:
     thought = reasoning_text(message)
     calls = message.get("tool_calls") or []
     if thought:
-        items.append({"type": "reasoning", "id": "rs_" + hex_id, "status": "completed",
-                      "summary": [{"type": "summary_text", "text": thought}],
-                      "encrypted_content": seal_reasoning(thought)})
+        items.append(_reasoning_item(hex_id, thought))
     text = message.get("content") or ""
     if text or not (calls or thought):
-        items.append({"type": "message", "id": "msg_" + hex_id, "role": "assistant", "status": "completed",
-                      "content": [{"type": "output_text", "text": text, "annotations": []}]})
+        items.append(_message_item(hex_id, text))
     kinds = tool_kinds(request_body(ctx).get("tools"))
     items += [_call_item(call, f"{hex_id}_{i}", kinds) for i, call in enumerate(calls)]
     return items
+
+
+def _reasoning_item(hex_id: str, text: str) -> dict:
+    return {"type": "reasoning", "id": "rs_" + hex_id, "status": "completed",
+            "summary": [{"type": "summary_text", "text": text}], "encrypted_content": seal_reasoning(text)}
+
+
+def _message_item(hex_id: str, text: str) -> dict:
+    return {"type": "message", "id": "msg_" + hex_id, "role": "assistant", "status": "completed",
+            "content": [{"type": "output_text", "text": text, "annotations": []}]}
 
 
 def _call_item(call: dict, suffix: str, kinds: dict[str, str]) -> dict:
@@ -229,25 +326,26 @@ def _usage(chat: dict) -> dict:
 
 
 class _Stream:
-    """Collects SSE frames, numbering events from 0 in emission order."""
+    """Collects SSE frames, numbering events from 0 in emission order; `take` hands over the new ones."""
 
     def __init__(self) -> None:
         self.frames: list[bytes] = []
+        self.sent = 0
 
     def emit(self, event: str, **fields: object) -> None:
         payload = {"type": event, "sequence_number": len(self.frames), **fields}
         self.frames.append(sse_frame(payload, event=event))
 
+    def take(self) -> list[bytes]:
+        new, self.sent = self.frames[self.sent:], len(self.frames)
+        return new
 
-def _item_events(stream: _Stream, index: int, item: dict) -> None:
-    """added -> the item's own part/delta/done events -> done, for one output item."""
+
+def _call_events(stream: _Stream, index: int, item: dict) -> None:
+    """added -> the call's own delta/done events -> done, for one tool-call item."""
     stream.emit("response.output_item.added", output_index=index, item=_opening(item))
     where = {"item_id": item["id"], "output_index": index}
-    if item["type"] == "reasoning":
-        _summary_events(stream, where, item["summary"][0])
-    elif item["type"] == "message":
-        _text_events(stream, where, item["content"][0])
-    elif item["type"] == "function_call":
+    if item["type"] == "function_call":
         if item["arguments"]:
             stream.emit("response.function_call_arguments.delta", **where, delta=item["arguments"])
         stream.emit("response.function_call_arguments.done", **where, name=item["name"],
@@ -265,22 +363,44 @@ def _opening(item: dict) -> dict:
     return {**item, **empty, **status}
 
 
-def _summary_events(stream: _Stream, where: dict, part: dict) -> None:
-    at = {**where, "summary_index": 0}
-    stream.emit("response.reasoning_summary_part.added", **at, part={"type": "summary_text", "text": ""})
-    stream.emit("response.reasoning_summary_text.delta", **at, delta=part["text"])
-    stream.emit("response.reasoning_summary_text.done", **at, text=part["text"])
-    stream.emit("response.reasoning_summary_part.done", **at, part=part)
+def _summary_start(stream: _Stream, where: dict) -> None:
+    stream.emit("response.reasoning_summary_part.added", **where, summary_index=0,
+                part={"type": "summary_text", "text": ""})
 
 
-def _text_events(stream: _Stream, where: dict, part: dict) -> None:
-    at = {**where, "content_index": 0}
-    empty = {"type": "output_text", "text": "", "annotations": []}
-    stream.emit("response.content_part.added", **at, part=empty)
-    if part["text"]:
-        stream.emit("response.output_text.delta", **at, delta=part["text"], logprobs=[])
-    stream.emit("response.output_text.done", **at, text=part["text"], logprobs=[])
-    stream.emit("response.content_part.done", **at, part=part)
+def _summary_delta(stream: _Stream, where: dict, text: str) -> None:
+    stream.emit("response.reasoning_summary_text.delta", **where, summary_index=0, delta=text)
+
+
+def _summary_end(stream: _Stream, where: dict, text: str) -> None:
+    stream.emit("response.reasoning_summary_text.done", **where, summary_index=0, text=text)
+    stream.emit("response.reasoning_summary_part.done", **where, summary_index=0,
+                part={"type": "summary_text", "text": text})
+
+
+def _text_start(stream: _Stream, where: dict) -> None:
+    stream.emit("response.content_part.added", **where, content_index=0, part=_output_text(""))
+
+
+def _text_delta(stream: _Stream, where: dict, text: str) -> None:
+    stream.emit("response.output_text.delta", **where, content_index=0, delta=text, logprobs=[])
+
+
+def _text_end(stream: _Stream, where: dict, text: str) -> None:
+    stream.emit("response.output_text.done", **where, content_index=0, text=text, logprobs=[])
+    stream.emit("response.content_part.done", **where, content_index=0, part=_output_text(text))
+
+
+def _output_text(text: str) -> dict:
+    return {"type": "output_text", "text": text, "annotations": []}
+
+
+Emit = Callable[[_Stream, dict], None]
+EmitText = Callable[[_Stream, dict, str], None]
+_ITEMS: dict[str, Callable[[str, str], dict]] = {"reasoning": _reasoning_item, "message": _message_item}
+_STARTS: dict[str, Emit] = {"reasoning": _summary_start, "message": _text_start}
+_DELTAS: dict[str, EmitText] = {"reasoning": _summary_delta, "message": _text_delta}
+_ENDS: dict[str, EmitText] = {"reasoning": _summary_end, "message": _text_end}
 
 
 def _hex(ctx: RequestContext) -> str:

@@ -68,8 +68,9 @@ def test_what_goes_upstream(gw, stub):
     headers, sent = next((h, b) for h, b in stub.requests if h.get("x-tracetap-session") == "sent-check")
     assert sent["model"] == "tiny"  # unknown names map to the served model
     flags = (sent["stream"], sent["logprobs"], sent["top_logprobs"], sent["return_token_ids"])
-    assert flags == (False, True, 0, True)
-    assert "stream_options" not in sent and "store" not in sent and sent["max_tokens"] == 20
+    assert flags == (True, True, 0, True)  # streamed upstream: a vLLM upstream streams token ids
+    assert sent["stream_options"] == {"include_usage": True, "continuous_usage_stats": True}
+    assert "store" not in sent and sent["max_tokens"] == 20
     assert "authorization" not in {k.lower() for k in headers}
 
 

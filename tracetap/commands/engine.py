@@ -21,8 +21,11 @@ from tracetap.common import listen_address
 @click.option("--served-model", default="tracetap-tiny", show_default=True, help="Model name to report.")
 @click.option("--max-model-len", type=click.IntRange(min=16), default=4096, show_default=True,
               help="Context length: prompt plus completion tokens.")
+@click.option("--pace-ms", type=click.FloatRange(min=0), default=None, envvar="TRACETAP_ENGINE_PACE_MS",
+              help="Wait this long before each chunk of a stream (a slow engine, for tests). [default: 0]")
 def command(
     listen: tuple[str, int], script: Path | None, seed: int, served_model: str, max_model_len: int,
+    pace_ms: float | None,
 ) -> None:
     """Serve the embedded engine until Ctrl-C / SIGTERM.
 
@@ -36,7 +39,7 @@ def command(
 
     try:
         server = EngineServer(*listen, script=script, served_model=served_model, seed=seed,
-                              max_model_len=max_model_len)
+                              max_model_len=max_model_len, pace_ms=pace_ms)
     except ScriptError as exc:
         raise click.BadParameter(str(exc), param_hint="--script") from None
     try:
