@@ -12,14 +12,17 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from typing import TypeVar
 
 from tracetap.capture.bounded import LruDict
-from tracetap.capture.upstream import UpstreamClient, UpstreamError, UpstreamResult
+from tracetap.capture.upstream import LiveChatStream, UpstreamClient, UpstreamError, UpstreamResult
 
 logger = logging.getLogger("tracetap.gateway")
 MAX_SESSIONS = 65536  # session -> engine assignments kept (most recent)
 HEALTH_EVERY = 2.0  # seconds between health checks of the engines taken out
+T = TypeVar("T")
 
 
 @dataclass
@@ -63,8 +66,26 @@ class EnginePool:
     async def resolve_model(self, requested: str | None) -> str | None:
         return await self._any().client.resolve_model(requested)
 
+    @property
+    def streams_tokens(self) -> bool:
+        return all(engine.client.streams_tokens for engine in self.engines)
+
     async def chat(self, chat_request: dict, session_id: str | None = None,
                    completion_id: str | None = None) -> UpstreamResult:
+        result, moved_from = await self._on_session_engine(session_id, lambda c: c.chat(chat_request, session_id))
+        result.metadata = {**result.metadata, **_moved(moved_from)}
+        return result
+
+    async def chat_stream(self, chat_request: dict, session_id: str | None = None,
+                          completion_id: str | None = None) -> LiveChatStream:
+        """Like `chat`; the engine's in-flight count covers opening the stream, not reading it."""
+        stream, moved_from = await self._on_session_engine(
+            session_id, lambda c: c.chat_stream(chat_request, session_id))
+        stream.metadata = {**stream.metadata, **_moved(moved_from)}
+        return stream
+
+    async def _on_session_engine(self, session_id: str | None,
+                                 call: Callable[[UpstreamClient], Awaitable[T]]) -> tuple[T, str | None]:
         """On the session's engine; when that engine cannot be reached the call goes once more, to the
         engine the session moves to (nothing was answered, so nobody saw a token of the first try)."""
         moves_left = 1
@@ -73,17 +94,14 @@ class EnginePool:
             engine.in_flight += 1
             engine.calls += 1
             try:
-                result = await engine.client.chat(chat_request, session_id)
+                return await call(engine.client), moved_from
             except UpstreamError as exc:
                 exc.metadata = {**exc.metadata, **_moved(moved_from)}
-                if self._taken_out(engine, exc) and moves_left:
-                    moves_left -= 1
-                    continue
-                raise
+                if not (self._taken_out(engine, exc) and moves_left):
+                    raise
+                moves_left -= 1
             finally:
                 engine.in_flight -= 1
-            result.metadata = {**result.metadata, **_moved(moved_from)}
-            return result
 
     async def tokenize(self, chat_request: dict) -> int:
         return await self._any().client.tokenize(chat_request)

@@ -3,13 +3,16 @@
 Why not httpx: measured in the gateway, httpx's pool cost ~1 ms per call and, with 32 sessions in
 flight, capped throughput near 220 calls/s (its pool rescans every connection on every request);
 this pool does the same job at ~1,600 calls/s. It does exactly what the gateway needs: one request,
-one complete response, connections reused LIFO, a stale idle connection retried once.
+one response (whole, or its body read as it arrives: `Pool.open`), connections reused LIFO, a stale idle
+connection retried once.
 """
 
 from __future__ import annotations
 
 import asyncio
 import ssl
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
@@ -47,22 +50,20 @@ class _Connection:
     def close(self) -> None:
         self.writer.close()
 
-    async def exchange(self, request: h11.Request, body: bytes) -> Response:
+    async def send(self, request: h11.Request, body: bytes) -> None:
         self.writer.write(self.http.send(request) + self.http.send(h11.Data(data=body))
                           + self.http.send(h11.EndOfMessage()))
         await self.writer.drain()
-        head, chunks = None, []
-        while True:
-            event = await self._next_event()
-            if isinstance(event, h11.Response):
-                head = event
-            elif isinstance(event, h11.Data):
-                chunks.append(bytes(event.data))
-            elif isinstance(event, h11.EndOfMessage):
-                break
-        assert head is not None  # h11 gives the response head before its end
-        headers = {name.decode().lower(): value.decode("latin-1") for name, value in head.headers}
-        return Response(head.status_code, headers, b"".join(chunks))
+
+    async def head(self) -> h11.Response:
+        while not isinstance(event := await self._next_event(), h11.Response):
+            pass  # 1xx informational answers come before the head
+        return event
+
+    async def data(self) -> bytes | None:
+        """The next bytes of the body; None at its end."""
+        event = await self._next_event()
+        return bytes(event.data) if isinstance(event, h11.Data) else None
 
     async def _next_event(self):
         while (event := self.http.next_event()) is h11.NEED_DATA:
@@ -78,6 +79,56 @@ class _Connection:
             self.http.start_next_cycle()
             return True
         return False
+
+
+class Opened:
+    """A response whose head was read; its body comes with `read` (bounded by the caller) until None."""
+
+    def __init__(self, status: int, headers: dict[str, str], connection: _Connection,
+                 release: Callable[[_Connection], None]):
+        self.status, self.headers = status, headers
+        self.done = False
+        self._connection, self._release = connection, release
+
+    @property
+    def content_type(self) -> str:
+        return self.headers.get("content-type", "")
+
+    async def read(self) -> bytes | None:
+        """The next body bytes as they arrive; None at the end (the connection goes back to the pool)."""
+        if self.done:
+            return None
+        async with _closing_on_error(self._connection):
+            data = await self._connection.data()
+        if data is None:
+            self.done = True
+            self._release(self._connection)
+        return data
+
+    async def read_all(self) -> bytes:
+        chunks = []
+        while (data := await self.read()) is not None:
+            chunks.append(data)
+        return b"".join(chunks)
+
+    def close(self) -> None:
+        """Stop reading: a body not read to its end closes the connection (the server sees the client go)."""
+        if not self.done:
+            self.done = True
+            self._connection.close()
+
+
+@asynccontextmanager
+async def _closing_on_error(connection: _Connection) -> AsyncIterator[None]:
+    """Any failure leaves the connection unusable: close it; HTTP the server broke is ConnectionLost."""
+    try:
+        yield
+    except h11.ProtocolError as exc:
+        connection.close()
+        raise ConnectionLost(f"the server broke HTTP/1.1: {exc}") from exc
+    except BaseException:
+        connection.close()
+        raise
 
 
 class Pool:
@@ -98,32 +149,36 @@ class Pool:
     async def request(self, method: str, path: str, body: bytes = b"", headers: dict | None = None,
                       timeout: float | None = None) -> Response:
         """One complete exchange. Raises ConnectFailed, ConnectionLost or TimeoutError."""
+        async with asyncio.timeout(timeout):
+            opened = await self.open(method, path, body, headers)
+            return Response(opened.status, opened.headers, await opened.read_all())
+
+    async def open(self, method: str, path: str, body: bytes = b"", headers: dict | None = None) -> Opened:
+        """Send a request and read the response head; its body is read from the answer as it arrives."""
         fields = [("host", self.authority), ("content-length", str(len(body))), *(headers or {}).items()]
         request = h11.Request(method=method, target=self.prefix + path, headers=fields)
-        async with asyncio.timeout(timeout):
-            connection, reused = await self._acquire()
-            try:
-                return await self._exchange(connection, request, body)
-            except (ConnectionLost, ConnectionResetError, BrokenPipeError):
-                if not reused or connection.received:
-                    raise
-            # the server dropped a connection that sat idle: once more, on a new one
-            return await self._exchange(await self._connect(), request, body)
-
-    async def _exchange(self, connection: _Connection, request: h11.Request, body: bytes) -> Response:
+        connection, reused = await self._acquire()
         try:
-            response = await connection.exchange(request, body)
-        except h11.ProtocolError as exc:
-            connection.close()
-            raise ConnectionLost(f"the server broke HTTP/1.1: {exc}") from exc
-        except BaseException:
-            connection.close()
-            raise
+            return await self._opened(connection, request, body)
+        except (ConnectionLost, ConnectionResetError, BrokenPipeError):
+            if not reused or connection.received:
+                raise
+        # the server dropped a connection that sat idle: once more, on a new one
+        return await self._opened(await self._connect(), request, body)
+
+    async def _opened(self, connection: _Connection, request: h11.Request, body: bytes) -> Opened:
+        async with _closing_on_error(connection):
+            await connection.send(request, body)
+            head = await connection.head()
+        headers = {name.decode().lower(): value.decode("latin-1") for name, value in head.headers}
+        return Opened(head.status_code, headers, connection, self._release)
+
+    def _release(self, connection: _Connection) -> None:
+        """A connection whose response was read to its end: kept for the next request when it can be."""
         if connection.reusable() and len(self._idle) < MAX_IDLE:
             self._idle.append(connection)
         else:
             connection.close()
-        return response
 
     async def _acquire(self) -> tuple[_Connection, bool]:
         while self._idle:

@@ -39,6 +39,7 @@ from tracetap.capture.record import ANSWERED
 from tracetap.capture.replay_match import canonical, check_ignore_path, closest, match_key
 from tracetap.capture.sessions import DEFAULT_SESSION
 from tracetap.capture.upstream import (
+    ChatStream,
     UpstreamClient,
     UpstreamError,
     UpstreamResult,
@@ -133,6 +134,7 @@ class ReplayUpstream:
         self.kind = fallback.kind
         self.models: list[str] = []
         self.served_model: str | None = None
+        self.streams_tokens = False  # recorded answers are whole
         self._recordings: LruDict[str, asyncio.Future] = LruDict(CACHED_RECORDINGS)
         self._used: LruDict[str, Counter[str]] = LruDict(counted_callers)  # caller -> key -> replays
 
@@ -168,6 +170,11 @@ class ReplayUpstream:
         used[key] += 1
         entry = copies[seen]
         return replayed(recording.row(entry), sent, (time.perf_counter() - started) * 1000, entry.key)
+
+    async def chat_stream(self, chat_request: dict, session_id: str | None = None,
+                          completion_id: str | None = None) -> ChatStream:
+        """Never called (`streams_tokens` is False): a replay answers whole, then streams synthetically."""
+        raise UpstreamError("invalid", "a replay does not stream tokens", 502)
 
     async def tokenize(self, chat_request: dict) -> int:
         return await self.fallback.tokenize(chat_request)

@@ -17,7 +17,7 @@ from typing import Any
 from tracetap.capture.answer_fields import InvalidAnswer
 from tracetap.capture.continuity import Continuity, Prompt
 from tracetap.capture.jsontext import dumps
-from tracetap.capture.upstream import UpstreamClient, UpstreamError, UpstreamResult, parse_chat_response
+from tracetap.capture.upstream import ChatStream, UpstreamClient, UpstreamError, UpstreamResult, parse_chat_response
 from tracetap.engine.tokenizer import ChatTokenizer
 from tracetap.tokens.message import ToolUse, chat_message
 
@@ -50,6 +50,14 @@ class TokenizingUpstream:
     @served_model.setter
     def served_model(self, name: str | None) -> None:
         self.client.served_model = name
+
+    @property
+    def streams_tokens(self) -> bool:
+        return False  # the gateway-tokenized stream is not built yet: answered whole, streamed after
+
+    async def chat_stream(self, chat_request: dict, session_id: str | None = None,
+                          completion_id: str | None = None) -> ChatStream:
+        raise UpstreamError("invalid", "gateway tokenization does not stream tokens yet", 502)
 
     async def discover(self) -> list[str]:
         return await self.client.discover()

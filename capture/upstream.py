@@ -1,36 +1,45 @@
 """The upstream engine client (vLLM, SGLang, the embedded engine) and the pure parsers of its answers.
 
-The gateway always calls `/v1/chat/completions` non-streaming and asks for token data, over a
-keep-alive pool (capture/http1.py). Parsing is pure and kept apart from I/O so real vLLM bodies
-(fixtures) and live answers go through one path:
+The gateway calls `/v1/chat/completions` asking for token data, over a keep-alive pool
+(capture/http1.py): whole (`chat`), or as a stream of vLLM chunks (`chat_stream`, when the upstream
+`streams_tokens`) folded as they pass into the same answer. Parsing is pure and kept apart from I/O so
+real vLLM bodies (fixtures) and live answers go through one path:
 `parse_chat_response(body) -> TokenCapture`, `parse_chat_stream(sse_text) -> TokenCapture`.
 """
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import json
 import time
+from collections import deque
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Protocol
 
 from tracetap.capture import answer_fields as fields
+from tracetap.capture import sse
 from tracetap.capture.answer_fields import InvalidAnswer
-from tracetap.capture.http1 import Pool, Response
+from tracetap.capture.chat_fold import ChatFold, fold_chat_stream
+from tracetap.capture.http1 import Opened, Pool, Response
 from tracetap.capture.json_body import parse_body
 from tracetap.capture.jsontext import dump_bytes, dumps
 
 KINDS = ("vllm", "sglang")
 SESSION_HEADER = "x-tracetap-session"
 JSON_HEADERS = {"content-type": "application/json", "accept": "application/json"}
+SSE_HEADERS = {"content-type": "application/json", "accept": "text/event-stream"}
+STREAM_OPTIONS = {"include_usage": True, "continuous_usage_stats": True}
+MAX_ERROR_BODY = 1024 * 1024  # an error answer read before a stream: kept whole up to this
 _META_TOKEN_KEYS = ("output_token_logprobs", "output_top_logprobs", "input_token_logprobs",
                     "input_top_logprobs", "prompt_token_ids", "output_ids")
 NO_CHOICES = "upstream sent no choices"
 STREAMED = "upstream answered a non-streaming call with an SSE stream"
 _PASSED_HEADERS = ("retry-after",)  # upstream error headers the caller gets too (when to retry a 429)
 
-__all__ = ["InvalidAnswer", "TokenCapture", "Upstream", "UpstreamClient", "UpstreamError", "UpstreamResult",
-           "parse_chat_response", "parse_chat_stream", "with_token_flags"]
+__all__ = ["ChatStream", "InvalidAnswer", "SSEStream", "TokenCapture", "Upstream", "UpstreamClient", "UpstreamError",
+           "UpstreamResult", "fold_chat_stream", "parse_chat_response", "parse_chat_stream", "with_token_flags"]
 
 
 class UpstreamError(Exception):
@@ -75,6 +84,23 @@ class UpstreamResult:
     reply_as: tuple[str, int] | None = None  # (completion id, created) the reply shows; None: the call's own
     request_json: str | None = None  # `request` as the JSON text sent, when it was sent (stored as is)
     engine: str | None = None  # base URL of the engine that answered
+    partial: bool = False  # a stream that ended before the upstream finished it (stopped, or failed)
+
+
+class ChatStream(Protocol):
+    """A streamed upstream chat call: vLLM `chat.completion.chunk` dicts as they arrive (the first carries
+    `prompt_token_ids`; each choice its `token_ids` and `logprobs.content` aligned with them)."""
+
+    def __aiter__(self) -> AsyncIterator[dict]: ...
+
+    def result(self) -> UpstreamResult:
+        """After iteration ended (fully, early, or by an UpstreamError): the folded answer, `partial` unless
+        the upstream finished it. Raises UpstreamError (invalid) for token fields the store cannot hold."""
+        ...
+
+    async def aclose(self) -> None:
+        """Stop early: the upstream connection is closed, so the engine aborts the request."""
+        ...
 
 
 class Upstream(Protocol):
@@ -83,6 +109,10 @@ class Upstream(Protocol):
 
     models: list[str]  # the names it serves, as far as known
     served_model: str | None  # the name other requested names map to
+    @property
+    def streams_tokens(self) -> bool:
+        """Whether `chat_stream` works (else a streamed call is answered after the whole generation)."""
+        ...
 
     async def discover(self) -> list[str]: ...
 
@@ -91,20 +121,28 @@ class Upstream(Protocol):
     async def chat(self, chat_request: dict, session_id: str | None = None,
                    completion_id: str | None = None) -> UpstreamResult: ...
 
+    async def chat_stream(self, chat_request: dict, session_id: str | None = None,
+                          completion_id: str | None = None) -> ChatStream:
+        """Raises UpstreamError when the upstream refuses before streaming (HTTP status, connect failure)."""
+        ...
+
     async def tokenize(self, chat_request: dict) -> int: ...
 
     async def aclose(self) -> None: ...
 
 
-def with_token_flags(chat_request: dict, kind: str = "vllm") -> dict:
-    """The request as sent upstream: non-streaming, asking for prompt ids, sampled ids and logprobs.
+def with_token_flags(chat_request: dict, kind: str = "vllm", stream: bool = False) -> dict:
+    """The request as sent upstream, asking for prompt ids, sampled ids and logprobs: whole, or streamed
+    with the usage on every chunk (so a stream stopped early still knows its counts).
 
     A client that asked for `top_logprobs: k` gets k alternatives; otherwise none are computed.
     """
     sent = {k: v for k, v in chat_request.items() if k != "stream_options"}
     asked = chat_request.get("logprobs") is True and fields.is_int(chat_request.get("top_logprobs"))
     top = chat_request["top_logprobs"] if asked else 0
-    sent.update(stream=False, logprobs=True, top_logprobs=top)
+    sent.update(stream=stream, logprobs=True, top_logprobs=top)
+    if stream:
+        sent["stream_options"] = dict(STREAM_OPTIONS)
     if kind == "sglang":
         sent.update(return_prompt_token_ids=True, return_meta_info=True)
     else:
@@ -155,63 +193,6 @@ def _problems(choices: list, prompt: list | None, ids: list | None, logprob_prob
 def parse_chat_stream(sse_text: str) -> TokenCapture:
     """Token data of a vLLM chat stream (the same fields a non-streaming call gives)."""
     return parse_chat_response(fold_chat_stream(sse_text))
-
-
-def fold_chat_stream(sse_text: str) -> dict:
-    """Fold vLLM stream chunks into the body a non-streaming call would have returned.
-
-    Prompt ids come on the first chunk only; every later chunk may carry `token_ids` and logprobs,
-    even when its delta is empty.
-    """
-    folded: dict = {"object": "chat.completion", "choices": []}
-    choice: dict = {"index": 0, "message": {"role": "assistant", "content": None}, "logprobs": None,
-              "finish_reason": None, "stop_reason": None, "token_ids": None}
-    calls: dict[int, dict] = {}
-    for chunk in _sse_payloads(sse_text):
-        _fold_chunk(folded, choice, calls, chunk)
-    if calls:
-        choice["message"]["tool_calls"] = [calls[i] for i in sorted(calls)]
-    folded["choices"] = [choice]
-    return folded
-
-
-def _sse_payloads(sse_text: str):
-    for line in sse_text.splitlines():
-        if line.startswith("data:"):
-            data = line[5:].strip()
-            if data and data != "[DONE]":
-                yield json.loads(data)
-
-
-def _fold_chunk(folded: dict, choice: dict, calls: dict[int, dict], chunk: dict) -> None:
-    for key in ("id", "created", "model", "system_fingerprint", "usage", "prompt_token_ids"):
-        if chunk.get(key) is not None and (key != "prompt_token_ids" or key not in folded):
-            folded[key] = chunk[key]
-    for part in chunk.get("choices") or []:
-        if part.get("index", 0) != 0:
-            continue
-        _fold_delta(choice["message"], calls, part.get("delta") or {})
-        if part.get("token_ids") is not None:
-            choice["token_ids"] = (choice["token_ids"] or []) + list(part["token_ids"])
-        if (part.get("logprobs") or {}).get("content") is not None:
-            choice["logprobs"] = choice["logprobs"] or {"content": []}
-            choice["logprobs"]["content"] += part["logprobs"]["content"]
-        for key in ("finish_reason", "stop_reason"):
-            if part.get(key) is not None:
-                choice[key] = part[key]
-
-
-def _fold_delta(message: dict, calls: dict[int, dict], delta: dict) -> None:
-    for key in ("content", "reasoning", "reasoning_content"):
-        if isinstance(delta.get(key), str):
-            message[key] = (message.get(key) or "") + delta[key]
-    for call in delta.get("tool_calls") or []:
-        slot = calls.setdefault(call.get("index", 0), {"id": None, "type": "function",
-                                                       "function": {"name": None, "arguments": ""}})
-        slot["id"] = call.get("id") or slot["id"]
-        function = call.get("function") or {}
-        slot["function"]["name"] = function.get("name") or slot["function"]["name"]
-        slot["function"]["arguments"] += function.get("arguments") or ""
 
 
 def sglang_to_vllm(body: dict) -> dict:
@@ -287,6 +268,11 @@ class UpstreamClient:
         self.max_model_len: int | None = None  # the served model's context, when `/v1/models` says
         self._pool = Pool(self.base_url, connect_timeout)
 
+    @property
+    def streams_tokens(self) -> bool:
+        """vLLM (and the embedded engine) stream token ids and logprobs on every chunk; SGLang does not."""
+        return self.kind == "vllm"
+
     async def discover(self) -> list[str]:
         """Learn the served model names from `/v1/models`; an unreachable upstream is not fatal here."""
         try:
@@ -326,6 +312,33 @@ class UpstreamClient:
         result.request_json, result.engine = text, self.base_url
         return result
 
+    async def chat_stream(self, chat_request: dict, session_id: str | None = None,
+                          completion_id: str | None = None) -> LiveChatStream:
+        """One streamed upstream call (see `ChatStream`). Raises UpstreamError before the stream starts."""
+        sent = with_token_flags(chat_request, self.kind, stream=True)
+        text = dumps(sent)
+        started = time.perf_counter()
+        try:
+            events = await self.open_sse("/v1/chat/completions", text, session_id)
+        except UpstreamError as exc:
+            exc.request, exc.engine = sent, self.base_url
+            raise
+        return LiveChatStream(events, sent, text, started)
+
+    async def open_sse(self, path: str, body_text: str, session_id: str | None = None) -> SSEStream:
+        """POST a JSON body asking for an SSE answer: its JSON payloads as they arrive, until `[DONE]`.
+
+        Raises UpstreamError for an HTTP error (or a body that is no stream) before the stream starts."""
+        headers = {**SSE_HEADERS, **({SESSION_HEADER: session_id} if session_id else {})}
+        try:
+            async with asyncio.timeout(self.timeout):
+                opened = await self._pool.open("POST", path, body_text.encode("utf-8"), headers)
+                if opened.status >= 400 or "text/event-stream" not in opened.content_type:
+                    await _refused(opened)
+        except (TimeoutError, ConnectionError) as exc:
+            raise transport_error(self.base_url, exc) from exc
+        return SSEStream(opened, self.base_url, self.timeout)
+
     async def healthy(self) -> bool:
         """Whether the engine answers `GET /health` with a 200 (vLLM and SGLang both serve it)."""
         try:
@@ -356,10 +369,134 @@ class UpstreamClient:
     async def _post(self, path: str, body: bytes, headers: dict) -> Response:
         try:
             return await self._pool.request("POST", path, body, {**JSON_HEADERS, **headers}, self.timeout)
-        except TimeoutError as exc:
-            raise UpstreamError("timeout", f"upstream {self.base_url} timed out", 504) from exc
-        except ConnectionError as exc:
-            raise UpstreamError("unreachable", f"upstream {self.base_url} unreachable: {exc}", 502) from exc
+        except (TimeoutError, ConnectionError) as exc:
+            raise transport_error(self.base_url, exc) from exc
+
+
+def transport_error(engine: str, exc: TimeoutError | ConnectionError) -> UpstreamError:
+    """A timeout or a connection failure as the UpstreamError the caller is answered with."""
+    if isinstance(exc, TimeoutError):
+        return UpstreamError("timeout", f"upstream {engine} timed out", 504)
+    return UpstreamError("unreachable", f"upstream {engine} unreachable: {exc}", 502)
+
+
+async def _refused(opened: Opened) -> None:
+    """An answer to a streamed call that is no stream: its HTTP error, or an `invalid` one; always raises."""
+    content = b""
+    while len(content) < MAX_ERROR_BODY and (data := await opened.read()) is not None:
+        content += data
+    opened.close()
+    response = Response(opened.status, opened.headers, content)
+    _decode(response)  # raises UpstreamError for an HTTP error status
+    raise UpstreamError("invalid", "upstream answered a streaming call without an SSE stream", 502, _raw(response))
+
+
+class SSEStream:
+    """The JSON payloads of an upstream SSE answer as they arrive, until `[DONE]` (`finished` then).
+
+    Each read waits at most `idle_timeout`; a failure mid-stream is an UpstreamError (an error payload the
+    upstream sent in the stream is an `http` one with its code)."""
+
+    def __init__(self, opened: Opened, engine: str, idle_timeout: float):
+        self.engine = engine
+        self.finished = False
+        self._opened, self._idle_timeout = opened, idle_timeout
+        self._decoder = sse.SSEDecoder()
+        self._ready: deque[str] = deque()
+
+    def __aiter__(self) -> SSEStream:
+        return self
+
+    async def __anext__(self) -> dict:
+        data = await self._next_data()
+        if data == sse.DONE:
+            self.finished = True
+            await self._drain()
+            raise StopAsyncIteration
+        return _stream_payload(data)
+
+    async def aclose(self) -> None:
+        """Stop reading; a stream not at its end closes its connection (the engine aborts the request)."""
+        self._opened.close()
+
+    async def _next_data(self) -> str:
+        while not self._ready:
+            if self._opened.done:
+                raise UpstreamError("unreachable", f"upstream {self.engine} ended its stream before [DONE]", 502)
+            try:
+                async with asyncio.timeout(self._idle_timeout):
+                    data = await self._opened.read()
+            except (TimeoutError, ConnectionError) as exc:
+                raise transport_error(self.engine, exc) from exc
+            self._ready.extend(self._decoded(data))
+        return self._ready.popleft()
+
+    def _decoded(self, data: bytes | None) -> list[str]:
+        try:
+            return self._decoder.feed(data) if data is not None else self._decoder.finish()
+        except sse.SSEError as exc:
+            self._opened.close()
+            raise UpstreamError("invalid", f"upstream {self.engine} sent a malformed stream: {exc}", 502) from None
+
+    async def _drain(self) -> None:
+        """Read past `[DONE]` to the end of the body, so the connection can serve the next call."""
+        try:
+            async with asyncio.timeout(self._idle_timeout):
+                while await self._opened.read() is not None:
+                    pass
+        except (TimeoutError, ConnectionError):
+            self._opened.close()
+
+
+def _stream_payload(data: str) -> dict:
+    try:
+        payload = parse_body(data.encode("utf-8", "surrogateescape"))
+    except ValueError:
+        payload = None
+    if not isinstance(payload, dict):
+        raise UpstreamError("invalid", "upstream sent a stream event that is not a JSON object", 502, data[:2000])
+    if "error" in payload and "choices" not in payload:
+        error = payload["error"]
+        code = error.get("code") if isinstance(error, dict) else None
+        status = code if fields.is_int(code) and 400 <= code < 600 else 502
+        raise UpstreamError("http", error_message(payload, "upstream failed mid-stream"), status, payload)
+    return payload
+
+
+class LiveChatStream:
+    """`ChatStream` over an upstream SSE answer: each chunk is folded (capture/chat_fold.py) as it passes."""
+
+    def __init__(self, events: SSEStream, sent: dict, request_json: str, started: float):
+        self.metadata: dict = {}  # added to the result's metadata (an engine pool's move)
+        self._events, self._sent, self._request_json, self._started = events, sent, request_json, started
+        self._fold = ChatFold()
+
+    def __aiter__(self) -> LiveChatStream:
+        return self
+
+    async def __anext__(self) -> dict:
+        try:
+            chunk = await self._events.__anext__()
+            self._fold.add(chunk)
+        except UpstreamError as exc:
+            exc.request, exc.engine = self._sent, self._events.engine
+            raise
+        except (TypeError, AttributeError, ValueError) as exc:
+            raise UpstreamError("invalid", f"upstream sent a malformed stream chunk: {exc}", 502) from None
+        return chunk
+
+    def result(self) -> UpstreamResult:
+        body = self._fold.body()
+        try:
+            capture = parse_chat_response(body)
+        except InvalidAnswer as exc:
+            raise UpstreamError("invalid", f"the upstream's answer is unusable: {exc}", 502, body) from None
+        ms = (time.perf_counter() - self._started) * 1000
+        return UpstreamResult(self._sent, body, capture, ms, dict(self.metadata), request_json=self._request_json,
+                              engine=self._events.engine, partial=not self._events.finished)
+
+    async def aclose(self) -> None:
+        await self._events.aclose()
 
 
 def _result(sent: dict, response: Response, kind: str) -> UpstreamResult:
