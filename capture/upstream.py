@@ -463,10 +463,25 @@ def _stream_payload(data: str) -> dict:
     return payload
 
 
+class ChunkSource(Protocol):
+    """What a LiveChatStream reads: chat chunks as they arrive (an SSEStream, or the gateway-tokenized
+    stream of capture/tokenized_stream.py)."""
+
+    @property
+    def engine(self) -> str: ...
+
+    @property
+    def finished(self) -> bool: ...
+
+    async def __anext__(self) -> dict: ...
+
+    async def aclose(self) -> None: ...
+
+
 class LiveChatStream:
     """`ChatStream` over an upstream SSE answer: each chunk is folded (capture/chat_fold.py) as it passes."""
 
-    def __init__(self, events: SSEStream, sent: dict, request_json: str, started: float):
+    def __init__(self, events: ChunkSource, sent: dict, request_json: str, started: float):
         self.metadata: dict = {}  # added to the result's metadata (an engine pool's move)
         self._events, self._sent, self._request_json, self._started = events, sent, request_json, started
         self._fold = ChatFold()
