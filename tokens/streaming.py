@@ -76,7 +76,8 @@ class Decoded:
     """The visible text of the ids so far; only the ids after the last whole character are decoded again."""
 
     def __init__(self, decoder: Decoder) -> None:
-        self.decoder, self.settled, self.tail = decoder, "", list[int]()
+        self.decoder, self.settled = decoder, ""
+        self.tail: list[int] = []  # ids since the last whole character
 
     def add(self, ids: list[int]) -> str:
         """The text so far without a trailing incomplete character."""
