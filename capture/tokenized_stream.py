@@ -51,14 +51,19 @@ class ChatChunks:
         except UpstreamError as exc:
             exc.metadata = self.metadata
             raise
-        try:
-            return self._chunk(upstream)
-        except (KeyError, IndexError, TypeError, ValueError, AttributeError) as exc:
-            raise UpstreamError("invalid", f"the upstream's completion chunk is unusable: {exc}", 502,
-                                upstream) from None
+        return self._translated(upstream)
 
     async def aclose(self) -> None:
         await self.events.aclose()
+
+    def _translated(self, upstream: dict) -> dict[str, Any]:
+        """The chat chunk; a completions chunk without the fields it needs is an `invalid` UpstreamError."""
+        try:
+            return self._chunk(upstream)
+        except (KeyError, IndexError, TypeError, ValueError, AttributeError) as exc:
+            error = UpstreamError("invalid", f"the upstream's completion chunk is unusable: {exc}", 502, upstream)
+            error.metadata = self.metadata
+            raise error from None
 
     def _chunk(self, upstream: dict) -> dict[str, Any]:
         """One chat chunk per completions chunk (the usage chunk keeps its empty choices)."""

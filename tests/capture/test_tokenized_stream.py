@@ -14,13 +14,16 @@ from collections.abc import Iterator
 
 import live
 import pytest
+from live import Plan, fixture_body
+from tracetap.capture import sse
 from tracetap.capture.tokenizing import TokenizingUpstream
-from tracetap.capture.upstream import UpstreamClient, UpstreamResult
+from tracetap.capture.upstream import UpstreamClient, UpstreamError, UpstreamResult
 from tracetap.engine.server import EngineServer
 from tracetap.engine.tokenizer import load_tokenizer
 
 COMMAND = {"type": "object", "properties": {"command": {"type": "string"}}, "required": ["command"]}
 TOOLS = [{"type": "function", "function": {"name": "Bash", "description": "Run.", "parameters": COMMAND}}]
+SSE = {"content-type": "text/event-stream"}
 COUNTS = ("prompt_tokens", "completion_tokens", "total_tokens")  # a whole body's usage adds null details
 QUESTION = [{"role": "system", "content": "You are terse."}, {"role": "user", "content": "What is here?"}]
 
@@ -165,3 +168,46 @@ def test_a_stream_stopped_early_is_partial_and_not_continued(engine: EngineServe
     chunks, stopped, again = asyncio.run(run())
     assert stopped.partial and len(stopped.capture.completion_token_ids) == 3
     assert stopped.body["choices"][0]["finish_reason"] is None and again.retry_of is None
+
+
+def test_real_vllm_completions_chunks_become_chat_chunks(stub_upstream) -> None:
+    """vLLM 0.32's own `/v1/completions` stream (replayed by the stub) read as a chat stream."""
+    async def run():
+        gw = TokenizingUpstream(UpstreamClient(stub_upstream.url), load_tokenizer())
+        try:
+            return await stream_all(gw, {"model": "tiny", "messages": QUESTION}, "completions_tokens_stream")
+        finally:
+            await gw.aclose()
+
+    chunks, result = asyncio.run(run())
+    real = [json.loads(d) for d in sse.payloads(fixture_body("completions_tokens_stream").decode()) if d != sse.DONE]
+    assert [c["choices"][0]["token_ids"] for c in chunks[:-1]] == [c["choices"][0]["token_ids"] for c in real[:-1]]
+    assert chunks[0]["prompt_token_ids"] == real[0]["choices"][0]["prompt_token_ids"]
+    assert all(c["object"] == "chat.completion.chunk" and c["id"] == chunks[0]["id"] for c in chunks)
+    choice = result.body["choices"][0]
+    assert choice["message"]["content"] == "\n\n\n\n" and choice["finish_reason"] == "length"
+    assert [e["logprob"] for e in choice["logprobs"]["content"]] == [
+        c["choices"][0]["logprobs"]["token_logprobs"][0] for c in real[:-1]]
+    assert result.body["usage"] == real[-1]["usage"] and not result.partial and result.capture.problems == []
+
+
+def test_an_error_mid_stream_keeps_the_gateway_metadata(stub_upstream) -> None:
+    head = fixture_body("completions_tokens_stream").split(b"\n\n")[:2]
+    error = b'data: {"error": {"message": "engine died", "code": 500}}'
+    stub_upstream.plans["dies"] = Plan(answer=lambda _: (200, b"\n\n".join([*head, error, b""]), SSE))
+
+    async def run():
+        gw = TokenizingUpstream(UpstreamClient(stub_upstream.url), load_tokenizer())
+        stream = await gw.chat_stream({"model": "tiny", "messages": QUESTION}, "dies", "c1")
+        seen = []
+        try:
+            with pytest.raises(UpstreamError) as raised:
+                async for chunk in stream:
+                    seen.append(chunk)
+            return raised.value, seen, stream.result()
+        finally:
+            await gw.aclose()
+
+    error, seen, result = asyncio.run(run())
+    assert (error.kind, error.status) == ("http", 500) and error.metadata["tokenization"] == "gateway"
+    assert len(seen) == 2 and result.partial and result.capture.completion_token_ids == [198, 198]
