@@ -163,3 +163,12 @@ def test_tokens_as_ids_name_every_token_by_its_id(server: EngineServer) -> None:
     assert data["logprobs"]["tokens"] == names
     assert [next(iter(top)) for top in data["logprobs"]["top_logprobs"]] == names
     assert data["logprobs"]["text_offset"] == [len("".join(names[:i])) for i in range(5)]
+
+
+def test_continuous_usage_needs_include_usage(server: EngineServer, vllm) -> None:
+    """vLLM counts on every chunk only when the last chunk's usage is asked for too."""
+    body = {**vllm("completions_tokens_stream.request")["body"],
+            "stream_options": {"include_usage": False, "continuous_usage_stats": True}}
+    events = httpx.post(f"{server.url}/v1/completions", json=body).text.split("\n\n")
+    chunks = [json.loads(e[6:]) for e in events if e.startswith("data: {")]
+    assert len(chunks) == 4 and all("usage" not in chunk and chunk["choices"] for chunk in chunks)
