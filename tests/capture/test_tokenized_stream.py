@@ -122,6 +122,18 @@ def test_folded_stream_is_the_whole_answer(engine: EngineServer, name: str) -> N
     assert [i for c in chunks for part in c["choices"] for i in part["token_ids"]] == answer(whole)["ids"]
 
 
+@pytest.mark.parametrize("kept", [False, True])
+def test_a_stop_string_is_cut_as_in_the_whole_answer(tracetap_home, kept: bool) -> None:
+    """A sampling engine (the scripted one plays its lines whatever the stops): seeded, both calls sample the
+    same ids; the stop string is held back while it may be forming, then cut (or kept) as the parse does."""
+    request = {"model": "m", "messages": QUESTION, "stop": ["e"], "include_stop_str_in_output": kept,
+               "max_tokens": 40, "temperature": 1.0, "seed": 4}
+    with EngineServer(seed=0) as sampling:
+        whole, _, streamed = both(sampling, f"stop-{kept}", request, 1)
+    assert answer(whole)["stop"] == "e" and answer(whole)["content"].endswith("e") == kept
+    assert answer(streamed) == answer(whole)
+
+
 def test_text_arrives_before_the_last_token(engine: EngineServer) -> None:
     _, chunks, streamed = both(engine, "early-text", {"model": "m", "messages": QUESTION}, 3)
     texts = [c["choices"][0]["delta"].get("content") for c in chunks if c["choices"]]
