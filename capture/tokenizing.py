@@ -5,21 +5,33 @@ to the upstream's `/v1/completions` as token ids (asking for the sampled ids and
 is turned back into a vLLM chat completion (tokens/message.py), so the adapters, the store and the
 provider shapes work exactly as in `upstream` mode. The stored `chat_request` stays the chat request (what
 replay matches on); `metadata_json` says `{"tokenization": "gateway"}`, which earlier completion the prompt
-continues and how many tokens it added (capture/continuity.py).
+continues and how many tokens it added (capture/continuity.py). Streamed, the completions chunks become chat
+chunks as they arrive (capture/tokenized_stream.py) that fold into the same answer.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
+from functools import partial
 from typing import Any
 
 from tracetap.capture.answer_fields import InvalidAnswer
 from tracetap.capture.continuity import Continuity, Prompt
 from tracetap.capture.jsontext import dumps
-from tracetap.capture.upstream import ChatStream, UpstreamClient, UpstreamError, UpstreamResult, parse_chat_response
+from tracetap.capture.tokenized_stream import ChatChunks, chat_id
+from tracetap.capture.upstream import (
+    STREAM_OPTIONS,
+    LiveChatStream,
+    UpstreamClient,
+    UpstreamError,
+    UpstreamResult,
+    parse_chat_response,
+)
 from tracetap.engine.tokenizer import ChatTokenizer
 from tracetap.tokens.message import ToolUse, chat_message
+from tracetap.tokens.parsing import thinking_open
+from tracetap.tokens.streaming import ReplyStream, Settings
 
 # chat fields `/v1/completions` takes as they are (vLLM's sampling parameters)
 SAMPLING = ("model", "temperature", "top_p", "top_k", "min_p", "seed", "stop", "stop_token_ids", "n",
@@ -53,11 +65,8 @@ class TokenizingUpstream:
 
     @property
     def streams_tokens(self) -> bool:
-        return False  # the gateway-tokenized stream is not built yet: answered whole, streamed after
-
-    async def chat_stream(self, chat_request: dict, session_id: str | None = None,
-                          completion_id: str | None = None) -> ChatStream:
-        raise UpstreamError("invalid", "gateway tokenization does not stream tokens yet", 502)
+        """The upstream's completions stream carries token ids when its chat stream does (vLLM, the engine)."""
+        return self.client.streams_tokens
 
     async def discover(self) -> list[str]:
         return await self.client.discover()
@@ -80,24 +89,50 @@ class TokenizingUpstream:
         with the ids, parse; errors as UpstreamError like the client's. The call is remembered under
         `completion_id`."""
         started = time.perf_counter()
-        prompt = await asyncio.to_thread(self._prompt, chat_request, session_id or "")
-        sent = self._completions_request(chat_request, prompt.ids)
-        metadata = {**METADATA, **prompt.metadata()}
+        prompt, sent, metadata = await self._prepare(chat_request, session_id, stream=False)
         try:
-            answer = await self.client.post_json("/v1/completions", dumps(sent), session_id)
-            body = await asyncio.to_thread(self._as_chat, chat_request, answer)
+            answer = await self.client.post_json("/v1/completions", sent, session_id)
+            body = await asyncio.to_thread(self._as_chat, chat_request, answer, reading(chat_request, prompt.text))
             capture = parse_chat_response(body)
         except UpstreamError as exc:
             exc.request, exc.metadata = chat_request, metadata
             raise
         except (InvalidAnswer, KeyError, IndexError, TypeError, ValueError) as exc:
             raise UpstreamError("invalid", f"the upstream's completion is unusable: {exc}", 502) from None
-        if completion_id is not None and capture.completion_token_ids:
-            await asyncio.to_thread(self.continuity.remember, session_id or "", completion_id, prompt,
-                                    capture.completion_token_ids)
+        await self._remember(session_id, completion_id, prompt, capture.completion_token_ids or [])
         ms = (time.perf_counter() - started) * 1000
         return UpstreamResult(chat_request, body, capture, ms, metadata, request_json=dumps(chat_request),
                               engine=self.client.base_url)
+
+    async def chat_stream(self, chat_request: dict, session_id: str | None = None,
+                          completion_id: str | None = None) -> LiveChatStream:
+        """`chat` as a stream of chat chunks (see `ChatStream`); the call is remembered only when the upstream
+        finished it. Raises UpstreamError before the stream starts."""
+        started = time.perf_counter()
+        prompt, sent, metadata = await self._prepare(chat_request, session_id, stream=True)
+        try:
+            events = await self.client.open_sse("/v1/completions", sent, session_id)
+        except UpstreamError as exc:
+            exc.request, exc.metadata = chat_request, metadata
+            raise
+        parser = ReplyStream(self.tokenizer, reading(chat_request, prompt.text))
+        done = partial(self._remember, session_id, completion_id, prompt)
+        chunks = ChatChunks(events, parser, partial(self._logprobs, chat_request=chat_request), done, metadata)
+        stream = LiveChatStream(chunks, chat_request, dumps(chat_request), started)
+        stream.metadata = metadata
+        return stream
+
+    async def _prepare(self, chat_request: dict, session_id: str | None, stream: bool) -> tuple[Prompt, str, dict]:
+        """The prompt (continuing the session when it can), the completions request text, the call's metadata."""
+        prompt = await asyncio.to_thread(self._prompt, chat_request, session_id or "")
+        sent = dumps(self._completions_request(chat_request, prompt.ids, stream))
+        return prompt, sent, {**METADATA, **prompt.metadata()}
+
+    async def _remember(self, session_id: str | None, completion_id: str | None, prompt: Prompt,
+                        sampled: list[int]) -> None:
+        """Keep an answered call for continuity (a call without an id or without sampled ids is not kept)."""
+        if completion_id is not None and sampled:
+            await asyncio.to_thread(self.continuity.remember, session_id or "", completion_id, prompt, sampled)
 
     def _prompt(self, chat_request: dict, session: str) -> Prompt:
         return self.continuity.prompt(session, self._render(chat_request))
@@ -114,8 +149,9 @@ class TokenizingUpstream:
             raise UpstreamError("http", message, 400, {"error": {"message": message}}) from None
         return text
 
-    def _completions_request(self, chat_request: dict, prompt: list[int]) -> dict[str, Any]:
-        """The chat request's sampling fields with the prompt as ids; token data asked for as in chat."""
+    def _completions_request(self, chat_request: dict, prompt: list[int], stream: bool) -> dict[str, Any]:
+        """The chat request's sampling fields with the prompt as ids; token data asked for as in chat (streamed
+        with the usage on every chunk)."""
         sent = {key: chat_request[key] for key in SAMPLING if chat_request.get(key) is not None}
         asked = chat_request.get("max_completion_tokens") or chat_request.get("max_tokens")
         room = (self.client.max_model_len or 0) - len(prompt)
@@ -123,16 +159,15 @@ class TokenizingUpstream:
             sent["max_tokens"] = asked or room
         top = chat_request.get("top_logprobs") if chat_request.get("logprobs") is True else 0
         sent.update(prompt=prompt, logprobs=top or 0, return_token_ids=True, return_tokens_as_token_ids=True,
-                    stream=False)
-        return sent
+                    stream=stream)
+        return sent | ({"stream_options": dict(STREAM_OPTIONS)} if stream else {})
 
-    def _as_chat(self, chat_request: dict, answer: dict) -> dict[str, Any]:
+    def _as_chat(self, chat_request: dict, answer: dict, how: Settings) -> dict[str, Any]:
         """vLLM's chat completion body for the completions answer (the shape upstream mode gets)."""
         choice = answer["choices"][0]
         ids = choice["token_ids"]
-        tools = ToolUse.of(chat_request.get("tools"), chat_request.get("tool_choice"))
         parsed, finish = chat_message(ids, choice["finish_reason"], choice.get("stop_reason"), self.tokenizer,
-                                      tools, bool(chat_request.get("include_stop_str_in_output")))
+                                      how.tools, how.include_stop, how.opened)
         message = {"role": "assistant", "content": parsed["content"], "reasoning": parsed["reasoning"]}
         if parsed["tool_calls"]:
             message["tool_calls"] = parsed["tool_calls"]
@@ -140,7 +175,7 @@ class TokenizingUpstream:
                       "stop_reason": choice.get("stop_reason"), "token_ids": ids,
                       "logprobs": self._logprobs(ids, choice.get("logprobs"), chat_request)}
         head = {key: answer.get(key) for key in ("created", "model", "system_fingerprint", "usage")}
-        return {"id": f"chatcmpl-{str(answer.get('id', '')).removeprefix('cmpl-')}", "object": "chat.completion",
+        return {"id": chat_id(answer.get("id")), "object": "chat.completion",
                 **head, "choices": [out_choice], "prompt_token_ids": choice.get("prompt_token_ids")}
 
     def _logprobs(self, ids: list[int], legacy: dict | None, chat_request: dict) -> dict | None:
@@ -164,3 +199,12 @@ class TokenizingUpstream:
         token_id = int(digits)
         text, raw = self.tokenizer.decode([token_id]), self.tokenizer.token_bytes(token_id)
         return {"token": text, "token_id": token_id, "logprob": logprob, "bytes": list(raw)}
+
+
+def reading(chat_request: dict, prompt: str) -> Settings:
+    """How the sampled ids are read, streamed or whole: the request's tools and stops, and whether the
+    rendered prompt left a `<think>` open."""
+    stop = chat_request.get("stop")
+    return Settings(ToolUse.of(chat_request.get("tools"), chat_request.get("tool_choice")), thinking_open(prompt),
+                    [stop] if isinstance(stop, str) else list(stop or []), chat_request.get("stop_token_ids") or [],
+                    bool(chat_request.get("include_stop_str_in_output")))

@@ -29,7 +29,7 @@ from tracetap.capture.jsontext import dump_bytes, dumps
 KINDS = ("vllm", "sglang")
 SESSION_HEADER = "x-tracetap-session"
 JSON_HEADERS = {"content-type": "application/json", "accept": "application/json"}
-STREAM_HEADERS = {"content-type": "application/json", "accept": "text/event-stream"}  # a request for a stream
+SSE_HEADERS = {"content-type": "application/json", "accept": "text/event-stream"}
 STREAM_OPTIONS = {"include_usage": True, "continuous_usage_stats": True}
 MAX_ERROR_BODY = 1024 * 1024  # an error answer read before a stream: kept whole up to this
 _META_TOKEN_KEYS = ("output_token_logprobs", "output_top_logprobs", "input_token_logprobs",
@@ -329,7 +329,7 @@ class UpstreamClient:
         """POST a JSON body asking for an SSE answer: its JSON payloads as they arrive, until `[DONE]`.
 
         Raises UpstreamError for an HTTP error (or a body that is no stream) before the stream starts."""
-        headers = {**STREAM_HEADERS, **({SESSION_HEADER: session_id} if session_id else {})}
+        headers = {**SSE_HEADERS, **({SESSION_HEADER: session_id} if session_id else {})}
         try:
             async with asyncio.timeout(self.timeout):
                 opened = await self._pool.open("POST", path, body_text.encode("utf-8"), headers)
@@ -463,10 +463,25 @@ def _stream_payload(data: str) -> dict:
     return payload
 
 
+class ChunkSource(Protocol):
+    """What a LiveChatStream reads: chat chunks as they arrive (an SSEStream, or the gateway-tokenized
+    stream of capture/tokenized_stream.py)."""
+
+    @property
+    def engine(self) -> str: ...
+
+    @property
+    def finished(self) -> bool: ...
+
+    async def __anext__(self) -> dict: ...
+
+    async def aclose(self) -> None: ...
+
+
 class LiveChatStream:
     """`ChatStream` over an upstream SSE answer: each chunk is folded (capture/chat_fold.py) as it passes."""
 
-    def __init__(self, events: SSEStream, sent: dict, request_json: str, started: float):
+    def __init__(self, events: ChunkSource, sent: dict, request_json: str, started: float):
         self.metadata: dict = {}  # added to the result's metadata (an engine pool's move)
         self._events, self._sent, self._request_json, self._started = events, sent, request_json, started
         self._fold = ChatFold()

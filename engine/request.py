@@ -84,7 +84,7 @@ class CompletionRequest(Generation):
     """The `/v1/completions` fields the engine honours: one prompt, as text or as token ids."""
 
     prompt: str | list[int]
-    continuous_usage: bool = False  # stream_options.continuous_usage_stats: usage on every chunk
+    continuous_usage: bool = False  # stream_options.continuous_usage_stats (with include_usage): usage on every chunk
     tokens_as_ids: bool = False  # return_tokens_as_token_ids: logprobs name tokens `token_id:N`
 
     @property
@@ -119,10 +119,11 @@ def parse_completion(body: dict[str, Any], max_model_len: int) -> CompletionRequ
     if _optional(body, "echo", bool):
         raise EngineError("The embedded engine does not support `echo`.", param="echo")
     top = _top_logprobs(body, "logprobs")
+    generation = _generation(body, max_model_len, 16)
+    continuous = (_optional(body, "stream_options", dict) or {}).get("continuous_usage_stats")
     return CompletionRequest(
-        prompt=_prompt(body["prompt"]), **_generation(body, max_model_len, 16),
-        logprobs=top is not None, top_logprobs=top or 0,
-        continuous_usage=bool((_optional(body, "stream_options", dict) or {}).get("continuous_usage_stats")),
+        prompt=_prompt(body["prompt"]), **generation, logprobs=top is not None, top_logprobs=top or 0,
+        continuous_usage=bool(continuous and generation["include_usage"]),  # vLLM: only with include_usage
         tokens_as_ids=bool(_optional(body, "return_tokens_as_token_ids", bool)),
     )
 

@@ -81,17 +81,18 @@ def text_chunks(
 ) -> list[dict]:
     """The same completion as vLLM's `/v1/completions` SSE chunks: one per token, then the usage.
 
-    The first chunk's choice carries `prompt_token_ids`; `text_offset` counts on across chunks.
+    The first chunk's choice carries `prompt_token_ids`; a chunk's `text_offset` is the length of the text
+    sent before it (vLLM's streamed offsets count text, not token names).
     """
     head = _head(f"cmpl-{secrets.token_hex(8)}", "text_completion", model)
     pieces = _pieces(done.text, [step.token_id for step in done.steps], tokenizer)
     logprobs = _legacy_logprobs(done.steps, request, tokenizer) if request.logprobs else None
-    chunks = []
+    chunks, sent = [], 0
     for index, (step, piece) in enumerate(zip(done.steps, pieces, strict=True)):
         last = index == len(done.steps) - 1
         choice = {
             "index": 0, "text": piece,
-            "logprobs": {key: [values[index]] for key, values in logprobs.items()} if logprobs else None,
+            "logprobs": _legacy_step(logprobs, index, sent) if logprobs else None,
             "finish_reason": done.finish_reason if last else None,
             "stop_reason": done.stop_reason if last else None,
         }
@@ -99,6 +100,7 @@ def text_chunks(
             choice.update(prompt_token_ids=None if index else done.prompt_ids, token_ids=[step.token_id])
         usage = {"usage": _usage(done, index + 1)} if request.continuous_usage else {}
         chunks.append({**head, "choices": [choice], **usage})
+        sent += len(piece)
     if request.include_usage:
         chunks.append({**head, "choices": [], "usage": _usage(done), "system_fingerprint": SYSTEM_FINGERPRINT})
     return chunks
@@ -208,6 +210,11 @@ def _legacy_logprobs(steps: list[Step], request: CompletionRequest, tokenizer: C
         "tokens": tokens,
         "top_logprobs": [_legacy_top(step, request.top_logprobs, name) for step in steps],
     }
+
+
+def _legacy_step(logprobs: dict[str, list], index: int, offset: int) -> dict[str, list]:
+    """One token's share of the legacy logprobs, its offset the length of the text already streamed."""
+    return {**{key: [values[index]] for key, values in logprobs.items()}, "text_offset": [offset]}
 
 
 def _legacy_top(step: Step, k: int, name: Callable[[int], str]) -> dict[str, float]:

@@ -48,10 +48,11 @@ def visible_text(
 
 def chat_message(
     ids: list[int], finish_reason: str, stop_reason: str | int | None, decoder: Decoder,
-    tools: ToolUse = ToolUse(), include_stop: bool = False,
+    tools: ToolUse = ToolUse(), include_stop: bool = False, opened: bool | None = None,
 ) -> tuple[dict[str, Any], str]:
-    """`({content, reasoning, tool_calls}, finish_reason)`; named calls keep `stop` and a `""` content."""
-    message = parse_reply(visible_text(ids, stop_reason, decoder, include_stop), tools.parse)
+    """`({content, reasoning, tool_calls}, finish_reason)`; named calls keep `stop` and a `""` content.
+    `opened`: whether the prompt left a `<think>` open (None: unknown, see `split_reasoning`)."""
+    message = parse_reply(visible_text(ids, stop_reason, decoder, include_stop), tools.parse, opened)
     if not message["tool_calls"]:
         return message, finish_reason
     if tools.named:

@@ -16,17 +16,42 @@ def tool_call_id() -> str:
     return f"chatcmpl-tool-{secrets.token_hex(8)}"
 
 
-def parse_reply(text: str, parse_tools: bool) -> dict[str, Any]:
+def parse_reply(text: str, parse_tools: bool, opened: bool | None = None) -> dict[str, Any]:
     """`{content, reasoning, tool_calls}` for the generated text (tool_calls empty when none parsed)."""
-    reasoning, rest = split_reasoning(text)
+    reasoning, rest = split_reasoning(text, opened)
     content, calls = split_tool_calls(rest) if parse_tools else (rest, [])
     if reasoning is not None and not content:
         content = None  # all thought, no answer (yet)
     return {"content": content, "reasoning": reasoning, "tool_calls": calls}
 
 
-def split_reasoning(text: str) -> tuple[str | None, str]:
-    """Text inside `<think>...</think>` (the opening tag may sit in the prompt) and the text after it."""
+def thinking_open(prompt: str) -> bool:
+    """Whether the rendered prompt leaves a `<think>` open (the reply then starts in its reasoning)."""
+    return prompt.rfind(THINK_START) > prompt.rfind(THINK_END)
+
+
+def reasoning_start(text: str, opened: bool) -> int | None:
+    """Where the reply's reasoning starts: at once when the prompt opened it, after a leading `<think>`."""
+    if opened:
+        return 0
+    body = text.lstrip()
+    return len(text) - len(body) + len(THINK_START) if body.startswith(THINK_START) else None
+
+
+def split_reasoning(text: str, opened: bool | None = None) -> tuple[str | None, str]:
+    """Text inside `<think>...</think>` and the text after it.
+
+    `opened` says whether the prompt left a `<think>` open. Unknown (None), the opening tag may sit in the
+    prompt, so text before any `</think>` is reasoning (vLLM's guess). Known, reasoning is only what the
+    prompt or a leading `<think>` opened, up to `</think>` or the end: a rule a stream can follow without
+    taking back text it already sent as content.
+    """
+    if opened is not None:
+        start = reasoning_start(text, opened)
+        if start is None:
+            return None, text
+        head, _, rest = text[start:].partition(THINK_END)
+        return head.strip("\n") or None, rest.lstrip("\n")
     if THINK_END in text:
         head, rest = text.split(THINK_END, 1)
         return head.removeprefix(THINK_START).strip("\n") or None, rest.lstrip("\n")

@@ -6,6 +6,8 @@ it exactly as its chat route answers the messages: same sampled ids, same logpro
 
 from __future__ import annotations
 
+import json
+
 import httpx
 import openai
 import pytest
@@ -123,8 +125,28 @@ def test_stream_sends_the_same_completion_token_by_token(server: EngineServer) -
     assert [i for c in choices for i in c["token_ids"]] == whole["token_ids"]
     assert choices[0]["prompt_token_ids"] == ids and all(c["prompt_token_ids"] is None for c in choices[1:])
     offsets = [o for c in choices for o in c["logprobs"]["text_offset"]]
-    assert offsets == whole["logprobs"]["text_offset"] and choices[-1]["finish_reason"] == whole["finish_reason"]
+    assert offsets == sent_lengths(choices) and choices[-1]["finish_reason"] == whole["finish_reason"]
     assert chunks[-1]["usage"]["completion_tokens"] == 10 and not chunks[-1]["choices"]
+
+
+def test_stream_names_tokens_by_id_and_offsets_count_the_text_sent(server: EngineServer, vllm) -> None:
+    """As vLLM streams (completions_tokens_stream): ids on every chunk, prompt ids on the first, usage growing
+    by one per chunk; with `token_id:N` names a chunk's offset is still the length of the text before it."""
+    body = {**vllm("completions_tokens_stream.request")["body"], "max_tokens": 8, "temperature": 1.0, "seed": 3,
+            "return_tokens_as_token_ids": True}
+    chunks = [json.loads(e[6:]) for e in httpx.post(f"{server.url}/v1/completions", json=body).text.split("\n\n")
+              if e.startswith("data: {")]
+    choices = [chunk["choices"][0] for chunk in chunks[:-1]]
+    assert [c["logprobs"]["tokens"] for c in choices] == [[f"token_id:{c['token_ids'][0]}"] for c in choices]
+    assert [c["logprobs"]["text_offset"] for c in choices] == [[n] for n in sent_lengths(choices)]
+    assert [chunk["usage"]["completion_tokens"] for chunk in chunks[:-1]] == list(range(1, 9))
+    assert choices[0]["prompt_token_ids"] == body["prompt"] and choices[-1]["finish_reason"] == "length"
+    assert chunks[-1]["choices"] == [] and chunks[-1]["usage"]["completion_tokens"] == 8
+
+
+def sent_lengths(choices: list[dict]) -> list[int]:
+    """The length of the text streamed before each chunk."""
+    return [sum(len(c["text"]) for c in choices[:i]) for i in range(len(choices))]
 
 
 def complete_stream(server: EngineServer, prompt, **kwargs):
@@ -141,3 +163,12 @@ def test_tokens_as_ids_name_every_token_by_its_id(server: EngineServer) -> None:
     assert data["logprobs"]["tokens"] == names
     assert [next(iter(top)) for top in data["logprobs"]["top_logprobs"]] == names
     assert data["logprobs"]["text_offset"] == [len("".join(names[:i])) for i in range(5)]
+
+
+def test_continuous_usage_needs_include_usage(server: EngineServer, vllm) -> None:
+    """vLLM counts on every chunk only when the last chunk's usage is asked for too."""
+    body = {**vllm("completions_tokens_stream.request")["body"],
+            "stream_options": {"include_usage": False, "continuous_usage_stats": True}}
+    events = httpx.post(f"{server.url}/v1/completions", json=body).text.split("\n\n")
+    chunks = [json.loads(e[6:]) for e in events if e.startswith("data: {")]
+    assert len(chunks) == 4 and all("usage" not in chunk and chunk["choices"] for chunk in chunks)

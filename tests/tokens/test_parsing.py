@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from tracetap.tokens.parsing import find_stop, parse_reply
+from tracetap.tokens.parsing import find_stop, parse_reply, split_reasoning, thinking_open
 
 CALL = '<tool_call>\n{"name": "Bash", "arguments": {"command": "ls"}}\n</tool_call>'
 LS, PWD = ("Bash", {"command": "ls"}), ("Bash", {"command": "pwd"})
@@ -61,3 +61,23 @@ def test_tool_calls_stay_text_when_tools_are_off() -> None:
 )
 def test_find_stop(text: str, stops: list, expected) -> None:
     assert find_stop(text, stops) == expected
+
+
+@pytest.mark.parametrize(
+    ("text", "opened", "split"),
+    [
+        ("plan</think>\n\nanswer", None, ("plan", "answer")),  # unknown prompt: vLLM's guess
+        ("plan</think>\n\nanswer", False, (None, "plan</think>\n\nanswer")),  # nothing opened it: text
+        ("plan</think>\n\nanswer", True, ("plan", "answer")),
+        ("\nstill thinking\n", True, ("still thinking", "")),  # cut off while thinking
+        ("\n<think>\nplan\n</think>\nanswer", False, ("plan", "answer")),
+        ("answer", True, ("answer", "")),
+    ],
+)
+def test_split_reasoning_knowing_the_prompt(text: str, opened: bool | None, split: tuple) -> None:
+    assert split_reasoning(text, opened) == split
+
+
+def test_thinking_open_reads_the_prompt_tail() -> None:
+    assert thinking_open("<|im_start|>assistant\n<think>\n")
+    assert not thinking_open("<|im_start|>assistant\n<think>\n\n</think>\n\n") and not thinking_open("hi")
