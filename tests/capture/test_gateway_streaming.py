@@ -5,7 +5,9 @@ generating; the events equal the synthetic stream of the same completion (consec
 stored row has the prompt and sampled ids and logprobs of a whole call of the same script; a client that
 leaves mid-stream leaves a `disconnected` row with its partial tokens; a pause with abort mid-stream
 leaves an `aborted` row with its partial tokens and an in-stream error; a gateway killed with SIGKILL
-before the terminal event leaves the client without one and the store without an `ok` row.
+before the terminal event leaves the client without one and the store without an `ok` row. The tests on the
+shared gateway run in both tokenization modes; in `gateway` mode a streamed multi-turn tool session also merges
+into one chain with zero drift.
 """
 
 from __future__ import annotations
@@ -24,8 +26,11 @@ import pytest
 from google import genai
 from google.genai import types
 from sse_events import events, joined
+from tracetap.builders import build
 from tracetap.capture.adapters import ADAPTERS
 from tracetap.capture.adapters.base import RequestContext
+
+from tracetap.common import decode
 
 PACE_MS = 100
 TEXT = "The quick brown fox jumps over the lazy dog, then it runs far away into the green forest to rest."
@@ -77,9 +82,13 @@ def paced_gateway(root, *args: str) -> live.GatewayProcess:
                               env={"TRACETAP_ENGINE_PACE_MS": str(PACE_MS)})
 
 
-@pytest.fixture(scope="module")
-def gw(tmp_path_factory) -> Iterator[live.GatewayProcess]:
-    with paced_gateway(tmp_path_factory.mktemp("streaming")) as process:
+MODES = {"upstream": (), "gateway": ("--tokenize", "gateway")}  # who renders and parses: the engine or the gateway
+
+
+@pytest.fixture(scope="module", params=list(MODES))
+def gw(request, tmp_path_factory) -> Iterator[live.GatewayProcess]:
+    """A paced gateway in each tokenization mode: every test on it holds in both."""
+    with paced_gateway(tmp_path_factory.mktemp(f"streaming-{request.param}"), *MODES[request.param]) as process:
         yield process
 
 
@@ -276,3 +285,45 @@ def test_an_engine_that_dies_mid_stream_leaves_an_upstream_error_row(tmp_path, m
         [row] = live.store_rows(process.store)
         partial(row)
         assert row["status"] == "upstream_error"
+
+
+SESSION = "sk-tap-streamed-tools"  # an API key of this form is the session id
+
+
+def test_a_streamed_tool_session_in_gateway_mode_merges_with_zero_drift(tmp_path):
+    """Each turn streamed through the OpenAI SDK, its deltas joined by the harness, the tool result sent back:
+    every later prompt continues the earlier one verbatim, so the build finds one chain and no drift."""
+    ls = {"function": {"name": "Bash", "arguments": {"command": "ls"}}}
+    script = [{"content": "Let me look.", "tool_calls": [ls], "tokens": "split"},
+              {"content": "Two files.", "tokens": "split"}]
+    with live.scripted_gateway(tmp_path, script, "--tokenize", "gateway") as process:
+        sdk = openai.OpenAI(base_url=f"{process.url}/v1", api_key=SESSION, max_retries=0)
+        tools = [{"type": "function", "function": {"name": "Bash", "parameters": BASH}}]
+        messages: list = [{"role": "user", "content": "What is here?"}]
+        first = streamed_message(sdk, messages, tools)
+        messages += [first, {"role": "tool", "tool_call_id": first["tool_calls"][0]["id"], "content": "a.py"}]
+        assert streamed_message(sdk, messages, tools)["content"] == "Two files."
+        stored = live.store_rows(process.store)
+        stats = build(process.store, "prefix_merging", [SESSION], decode=decode).session_stats[SESSION]
+    assert [(row["status"], row["stream"]) for row in stored] == [("ok", True)] * 2
+    assert [json.loads(row["metadata_json"]).get("continues") for row in stored] == [None, stored[0]["completion_id"]]
+    head = list(stored[0]["prompt_token_ids"]) + list(stored[0]["completion_token_ids"])
+    assert list(stored[1]["prompt_token_ids"][: len(head)]) == head  # the sampled pieces kept verbatim
+    assert 151657 not in stored[0]["completion_token_ids"]  # `<tool_call>` was sampled as text pieces
+    assert (stats["chains"], stats["segments"], stats["drift_tokens"], stats["break_reasons"]) == (1, 1, 0, {})
+
+
+def streamed_message(sdk: openai.OpenAI, messages: list, tools: list) -> dict:
+    """The assistant message a harness assembles from a streamed answer's deltas."""
+    content, calls = "", {}
+    for chunk in sdk.chat.completions.create(model="m", messages=messages, tools=tools, stream=True):
+        delta = chunk.choices[0].delta if chunk.choices else None
+        content += (delta.content or "") if delta else ""
+        for call in (delta.tool_calls or []) if delta else []:
+            empty = {"id": "", "type": "function", "function": {"name": "", "arguments": ""}}
+            slot = calls.setdefault(call.index, empty)
+            slot["id"] += call.id or ""
+            slot["function"]["name"] += call.function.name or ""
+            slot["function"]["arguments"] += call.function.arguments or ""
+    message = {"role": "assistant", "content": content}
+    return message | ({"tool_calls": [calls[i] for i in sorted(calls)]} if calls else {})
