@@ -32,7 +32,7 @@ from tracetap.capture.adapters.base import RequestContext
 
 from tracetap.common import decode
 
-PACE_MS = 100
+PACE_MS = 50
 TEXT = "The quick brown fox jumps over the lazy dog, then it runs far away into the green forest to rest."
 BASH = {"type": "object", "properties": {"command": {"type": "string"}}, "required": ["command"]}
 SCRIPT = [{"content": TEXT, "when": {"has_tools": False}},
