@@ -50,9 +50,6 @@ FALLBACK_API = "openai_chat"
 JSON_TYPE = "application/json"
 SSE_HEADERS = {"content-type": "text/event-stream", "cache-control": "no-cache", "x-accel-buffering": "no"}
 EXPLICIT_SOURCES = ("path", "header", "query")  # ids a harness named, so later API keys may reuse them
-# UpstreamError kind -> error kind of the reply (else upstream_unreachable), and -> recorded status
-_UPSTREAM_KINDS = {"timeout": "timeout", "http": "upstream_error", "replay_miss": "not_found"}
-_FAILED_STATUS = {"timeout": "timeout", "replay_miss": "client_error"}  # else upstream_error
 _UNRECORDED: dict[str | None, str] = {routes.PROBE: "probe", routes.MODELS: "models",
                                       routes.COUNT_TOKENS: "count_tokens"}
 
@@ -315,8 +312,7 @@ class GatewayService:
         try:
             count = await self.upstream.tokenize(self.redactor.redact(_translate(adapter, data, ctx)))
         except UpstreamError as exc:
-            kind = _UPSTREAM_KINDS.get(exc.kind, "upstream_unreachable")
-            raise Reject(exc.status, str(exc), kind) from None
+            raise Reject(exc.status, str(exc), exc.reply_kind) from None
         return Reply(200, dump_bytes(counter.count_tokens_body(count)))
 
     async def _models(self, request: Request, route: routes.Route, binding, data: None) -> Reply:
@@ -451,12 +447,11 @@ def _ids(call: Call) -> dict[str, str]:
 
 def _failed_fields(call: Call, adapter: Adapter, exc: UpstreamError) -> None:
     """What a failed upstream call tells the record (no tokens: the upstream gave none that are usable)."""
-    kind = _UPSTREAM_KINDS.get(exc.kind, "upstream_unreachable")
-    call.status = _FAILED_STATUS.get(exc.kind, "upstream_error")
+    call.status = exc.recorded_status
     call.metadata, call.engine = exc.metadata, exc.engine
     call.http_status, call.error, call.upstream_body = exc.status, str(exc), exc.body
     call.chat_request = exc.request or call.chat_request
-    call.response_body = adapter.error_body(exc.status, str(exc), kind)
+    call.response_body = adapter.error_body(exc.status, str(exc), exc.reply_kind)
 
 
 def _aborted_ending(exc: Aborted) -> Ending:

@@ -122,9 +122,7 @@ class LiveStream:
 
 
 def _failed(exc: UpstreamError) -> Ending:
-    status = "timeout" if exc.kind == "timeout" else "upstream_error"
-    kind = {"timeout": "timeout", "http": "upstream_error"}.get(exc.kind, "upstream_unreachable")
-    return Ending(status, exc.status, str(exc), kind)
+    return Ending(exc.recorded_status, exc.status, str(exc), exc.reply_kind)
 
 
 class Collected:

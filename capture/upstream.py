@@ -37,6 +37,9 @@ _META_TOKEN_KEYS = ("output_token_logprobs", "output_top_logprobs", "input_token
 NO_CHOICES = "upstream sent no choices"
 STREAMED = "upstream answered a non-streaming call with an SSE stream"
 _PASSED_HEADERS = ("retry-after",)  # upstream error headers the caller gets too (when to retry a 429)
+# UpstreamError kind -> error kind of the reply (else upstream_unreachable), and -> recorded status
+_REPLY_KINDS = {"timeout": "timeout", "http": "upstream_error", "replay_miss": "not_found"}
+_RECORDED_STATUS = {"timeout": "timeout", "replay_miss": "client_error"}  # else upstream_error
 
 __all__ = ["ChatStream", "InvalidAnswer", "SSEStream", "TokenCapture", "Upstream", "UpstreamClient", "UpstreamError",
            "UpstreamResult", "fold_chat_stream", "parse_chat_response", "parse_chat_stream", "with_token_flags"]
@@ -55,6 +58,16 @@ class UpstreamError(Exception):
         self.request: dict | None = None  # what was sent, when the call got that far
         self.engine: str | None = None  # base URL of the engine it was sent to
         self.metadata: dict = {}  # added to the record's metadata_json (replay provenance)
+
+    @property
+    def reply_kind(self) -> str:
+        """The error kind the caller is answered with (capture/adapters/base.py ERROR_KINDS)."""
+        return _REPLY_KINDS.get(self.kind, "upstream_unreachable")
+
+    @property
+    def recorded_status(self) -> str:
+        """The status the call's completions row gets."""
+        return _RECORDED_STATUS.get(self.kind, "upstream_error")
 
 
 @dataclass
