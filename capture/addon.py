@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import logging
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,6 +36,10 @@ logger = logging.getLogger("tracetap.gateway")
 _PROTOCOL_ERROR_KINDS = {400: "invalid_request", 413: "payload_too_large"}
 PASSED = "tracetap_passed"  # flow metadata: proxy mode lets this flow through, unanswered and unrecorded
 STREAMED = "tracetap_streamed"  # flow metadata: answered by the stream server, its response streamed
+
+SWITCH_INTERVAL = 0.001  # s: the event loop shares the GIL with the record, commit-log and flusher threads;
+# at CPython's 5 ms it waited up to 5 ms for the GIL after each socket call (1 ms: +16-27% calls/s with 32
+# sessions in benchmarks/gateway_overhead.py, lower p99)
 
 
 @dataclass(frozen=True)
@@ -127,6 +132,7 @@ class Gateway:
         compaction = self.service.compact_idle_forever(s.compact_every, s.idle_seconds)
         self._compaction = asyncio.create_task(compaction)
         gc.freeze()  # what startup built lives as long as the gateway: keep the collector from rescanning it
+        sys.setswitchinterval(SWITCH_INTERVAL)
 
     async def request(self, flow: http.HTTPFlow) -> None:
         """Answer here, always: a flow left without a response would be forwarded unrecorded."""
