@@ -172,6 +172,18 @@ def trace_row(builder: str, prompt: np.ndarray, parts: list[tuple[np.ndarray, Ca
     call's sampled ids sit in the response and which policy version sampled them; `policy_versions`
     lists the versions in the order they appear.
     """
+    response, spans = _response(parts)
+    calls = [call for _, call in parts if call is not None]
+    versions = list(dict.fromkeys(span["policy_version"] for span in spans if span["policy_version"] is not None))
+    return {
+        **fields, "builder": builder, "prompt_token_ids": prompt, **response, "status": status, "reward": None,
+        "metadata_json": json.dumps({**metadata, "tokenization": trace_tokenization(calls), "spans": spans,
+                                     "policy_versions": versions}),
+    }
+
+
+def _response(parts: list[tuple[np.ndarray, Call | None]]) -> tuple[dict, list[dict]]:
+    """The response columns of a trace (ids, loss mask, logprobs or null) and each call's span in it."""
     chunks, masks, logprobs, spans = [], [], [], []
     aligned, offset = True, 0
     for tokens, call in parts:
@@ -184,19 +196,9 @@ def trace_row(builder: str, prompt: np.ndarray, parts: list[tuple[np.ndarray, Ca
         logprobs.append(call.logprobs if call is not None and call.logprobs is not None
                         else np.zeros(len(tokens), dtype=np.float32))
         offset += len(tokens)
-    return {
-        **fields,
-        "builder": builder,
-        "prompt_token_ids": prompt,
-        "response_token_ids": _concat(chunks, np.int32),
-        "loss_mask": _concat(masks, np.int8),
-        "response_logprobs": _concat(logprobs, np.float32) if aligned else None,
-        "status": status,
-        "reward": None,
-        "metadata_json": json.dumps({**metadata, "tokenization": trace_tokenization(
-            [call for _, call in parts if call is not None]), "spans": spans, "policy_versions": list(dict.fromkeys(
-            span["policy_version"] for span in spans if span["policy_version"] is not None))}),
-    }
+    columns = {"response_token_ids": _concat(chunks, np.int32), "loss_mask": _concat(masks, np.int8),
+               "response_logprobs": _concat(logprobs, np.float32) if aligned else None}
+    return columns, spans
 
 
 def error_trace(builder: str, row: dict, error: str, metadata: dict, **fields) -> dict:

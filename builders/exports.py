@@ -122,6 +122,15 @@ def _fit(summary: ExportSummary, rows: list[dict], max_tokens: int | None) -> li
     return kept
 
 
+def _check_options(fmt: str, max_tokens: int | None, evaluator: str | None) -> None:
+    if fmt not in FORMATS:
+        raise ExportError(f"unknown format {fmt!r}; formats: {', '.join(FORMATS)}")
+    if max_tokens is not None and (fmt == "atif" or max_tokens < 1):
+        raise ExportError("--max-tokens needs a positive number and a token-level format (not atif)")
+    if evaluator:
+        validate_name(evaluator, "evaluator name")
+
+
 def export(root: StorePath | str, builder: str, fmt: str, out: Path | str, *, max_tokens: int | None = None,
            evaluator: str | None = None, force: bool = False,
            on_session: Callable[[str], None] | None = None,
@@ -129,12 +138,7 @@ def export(root: StorePath | str, builder: str, fmt: str, out: Path | str, *, ma
     """Write the dataset to `out` (only `session_ids` when given, e.g. one rollout task's sessions);
     returns counts (traces dropped by the budget included)."""
     root, out = store_path(root), Path(out)
-    if fmt not in FORMATS:
-        raise ExportError(f"unknown format {fmt!r}; formats: {', '.join(FORMATS)}")
-    if max_tokens is not None and (fmt == "atif" or max_tokens < 1):
-        raise ExportError("--max-tokens needs a positive number and a token-level format (not atif)")
-    if evaluator:
-        validate_name(evaluator, "evaluator name")
+    _check_options(fmt, max_tokens, evaluator)
     reader: Reader = StoreReader(root)
     sessions = reader.trajectory_session_ids(builder)
     if session_ids is not None:

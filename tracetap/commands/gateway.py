@@ -13,6 +13,7 @@ from tracetap.common import STORE, listen_address, reachable_store
 LOCAL = "local"
 
 if TYPE_CHECKING:
+    from tracetap.capture.proxy_mode import HostPolicy
     from tracetap.store import StorePath
 
 
@@ -96,28 +97,33 @@ def command(store: StorePath, listen: tuple[str, int], upstreams: tuple[str, ...
 
     Example: tracetap gateway --store runs/store --script demo.jsonl
     """
-    from tracetap.capture.certificate import ca_dir
-    from tracetap.capture.proxy import run_gateway
-
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     upstream, pool = _engines(upstreams, upstream_file, script, replay)
     _check_tokenize(tokenize, tokenizer, upstream, upstream_kind, replay, pool)
-    replaying = _replay_options(store, replay, replay_session, replay_miss, replay_ignore)
+    settings: dict[str, Any] = {
+        **_replay_options(store, replay, replay_session, replay_miss, replay_ignore),
+        **_fence_options(policy_version, control_token), "timeout": timeout, "idle_seconds": idle_compact,
+        "compact_every": _compact_every(idle_compact), "redact_keys": list(redact_keys), "pause_wait": pause_wait,
+        "on_pause": on_pause, "pool": pool, **({"max_body": max_body} if max_body else {}),
+        **({"proxy_session": proxy_session} if proxy_session else {})}
     proxy = _proxy_policy(mode, provider_hosts, passed, proxy_session)
-    proxied = {"proxy_session": proxy_session} if proxy_session else {}
-    limits: dict[str, Any] = {"max_body": max_body} if max_body else {}
     engine = _start_engine(script, served_model, max_model_len) if upstream == LOCAL else None
     try:
-        url = engine.url if engine else upstream
-        limits.update(_tokenizing(tokenize, tokenizer, engine))
-        run_gateway(store, listen[0], listen[1], url, upstream_kind, served_model, confdir=ca_dir(), proxy=proxy,
-                    on_ready=lambda host, port: _announce(host, port, store, url, upstream_kind, replay, proxy),
-                    timeout=timeout, idle_seconds=idle_compact, compact_every=_compact_every(idle_compact),
-                    redact_keys=list(redact_keys), pause_wait=pause_wait, on_pause=on_pause,
-                    pool=pool, **_fence_options(policy_version, control_token), **limits, **replaying, **proxied)
+        _serve(store, listen, engine.url if engine else upstream, upstream_kind, served_model, replay, proxy,
+               {**settings, **_tokenizing(tokenize, tokenizer, engine)})
     finally:
         if engine:
             engine.stop()
+
+
+def _serve(store: StorePath, listen: tuple[str, int], url: str, upstream_kind: str, served_model: str | None,
+           replay: Path | None, proxy: HostPolicy | None, settings: dict[str, Any]) -> None:
+    from tracetap.capture.certificate import ca_dir
+    from tracetap.capture.proxy import run_gateway
+
+    run_gateway(store, listen[0], listen[1], url, upstream_kind, served_model, confdir=ca_dir(), proxy=proxy,
+                on_ready=lambda host, port: _announce(host, port, store, url, upstream_kind, replay, proxy),
+                **settings)
 
 
 def _engines(given: tuple[str, ...], listed: Path | None, script: Path | None,
@@ -165,7 +171,8 @@ def _replay_options(store: StorePath, replay: Path | None, session: str | None, 
             "replay_ignore": list(ignore)}
 
 
-def _proxy_policy(mode: str, provider_hosts: tuple[str, ...], passed: tuple[str, ...], session: str | None):
+def _proxy_policy(mode: str, provider_hosts: tuple[str, ...], passed: tuple[str, ...],
+                  session: str | None) -> HostPolicy | None:
     """Proxy mode's HostPolicy (None in reverse mode), its options checked before anything starts."""
     from tracetap.capture.proxy_mode import host_policy
     from tracetap.store import validate_session_id
