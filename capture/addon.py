@@ -38,8 +38,8 @@ PASSED = "tracetap_passed"  # flow metadata: proxy mode lets this flow through, 
 STREAMED = "tracetap_streamed"  # flow metadata: answered by the stream server, its response streamed
 
 SWITCH_INTERVAL = 0.001  # s: the event loop shares the GIL with the record, commit-log and flusher threads;
-# at CPython's 5 ms it waited up to 5 ms for the GIL after each socket call (1 ms: +16-27% calls/s with 32
-# sessions in benchmarks/gateway_overhead.py, lower p99)
+# at CPython's 5 ms it could wait 5 ms for the GIL after a socket call (benchmarks/gateway_overhead.py, 32
+# sessions: p99 165 -> 128 ms on a quiet machine, calls/s +16-27% on a busy one)
 
 
 @dataclass(frozen=True)
