@@ -14,15 +14,15 @@ from tracetap.store.schema import STORED_TABLES
 
 _STORAGE = {name: storage_schema(schema) for name, schema in STORED_TABLES.items()}
 _ROW = {name: pa.struct(list(schema)) for name, schema in _STORAGE.items()}
+_NAMES = {name: frozenset(schema.names) for name, schema in STORED_TABLES.items()}
 _REQUIRED = {name: [f.name for f in schema if not f.nullable] for name, schema in STORED_TABLES.items()}
 
 
 def rows_to_table(table: str, rows: list[dict]) -> pa.Table:
     """Rows (missing columns null) as an Arrow table of `table`'s stored schema (completions: compact
     columns included); unknown columns are an error."""
-    names = set(STORED_TABLES[table].names)
     for row in rows:
-        unknown = set(row) - names
+        unknown = row.keys() - _NAMES[table]
         if unknown:
             raise ValueError(f"unknown {table} column(s): {', '.join(sorted(unknown))}")
     for name in _REQUIRED[table]:
