@@ -298,7 +298,7 @@ class GatewayService:
         """Durable before the harness sees a byte: a failed write is a 500, never a silent loss."""
         row = build_row(call, redactor=self.redactor)
         try:
-            await asyncio.to_thread(self.writer.record_completion, row)
+            await self.writer.record_completion_async(row)
         except Exception as exc:
             logger.exception("could not record %s of session %s", call.completion_id, call.session_id)
             raise Reject(500, "the gateway could not record this call", "internal") from exc

@@ -28,21 +28,23 @@ call to such a session loads it again from disk, exactly as after a restart).
 
 from __future__ import annotations
 
+import asyncio
 import fcntl
+import functools
 import json
 import secrets
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Collection, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Collection, Iterator
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from itertools import islice
 from typing import IO
 
 from tracetap.store import compaction
-from tracetap.store.commit_log import SEGMENT_BYTES, CommitLog, encode_line
+from tracetap.store.commit_log import SEGMENT_BYTES, CommitLog
 from tracetap.store.compact_form import History, encode_row
 from tracetap.store.files import StoreError, read_parquet, read_version, write_parquet_atomic, write_text_atomic
 from tracetap.store.flusher import Flusher
@@ -81,6 +83,30 @@ _RECOUNT_COLUMNS = ["status", "http_status", "prompt_tokens", "completion_tokens
 
 
 @dataclass
+class _InFlight:
+    """One completion line between its queueing and the committer's word on it."""
+
+    row: dict
+    notify: Callable[[], None] | None  # run in the committer thread once the line landed or failed
+    settled: threading.Event = field(default_factory=threading.Event)
+    error: Exception | None = None  # a row that does not fit the schema (ValueError), a failed write
+
+    def land(self, error: Exception | None) -> None:
+        self.error = error
+        self.settled.set()
+        if self.notify is not None:
+            self.notify()
+
+    def result(self) -> dict:
+        self.settled.wait()
+        if isinstance(self.error, ValueError):
+            raise self.error
+        if self.error is not None:
+            raise StoreError(f"could not write the log: {self.error}") from self.error
+        return self.row
+
+
+@dataclass
 class _Session:
     """What the writer knows about one session; guarded by `lock`."""
 
@@ -97,6 +123,7 @@ class _Session:
     saved: int = 0
     evicted: bool = False  # dropped from the cache: whoever holds this state must fetch a fresh one
     history: History = field(default_factory=History)  # what the compact encoder can refer to
+    in_flight: _InFlight | None = None  # the line queued in the log and not yet durable (at most one)
     lock: threading.Lock = field(default_factory=threading.Lock)
     save_lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -157,6 +184,27 @@ def _segment_sessions(path: StorePath) -> dict[str, int]:
         return segment_sessions(path)
     except FileNotFoundError:
         return {}
+
+
+def _checked(row: dict) -> tuple[str, str]:
+    """The row's session id and completion id (made when missing), both checked, and its status."""
+    sid = validate_session_id(row.get("session_id"))
+    completion_id = validate_name(row.get("completion_id") or new_completion_id(), "completion id")
+    if row.get("status") not in COMPLETION_STATUSES:
+        raise ValueError(f"status must be one of {COMPLETION_STATUSES}, got {row.get('status')!r}")
+    return sid, completion_id
+
+
+def _wake(loop: asyncio.AbstractEventLoop, landed: asyncio.Future) -> None:
+    """Settle an event-loop caller's future from the committer thread (a loop already closed, or a
+    caller that gave up, has nobody to wake)."""
+    with suppress(RuntimeError):
+        loop.call_soon_threadsafe(_settle, landed)
+
+
+def _settle(landed: asyncio.Future) -> None:
+    if not landed.done():
+        landed.set_result(None)
 
 
 def _new_row(sid: str) -> dict:
@@ -278,27 +326,77 @@ class StoreWriter:
 
         `row` holds completions columns (missing ones are null); returns the full stored row.
         """
-        sid = validate_session_id(row.get("session_id"))
-        completion_id = validate_name(row.get("completion_id") or new_completion_id(), "completion id")
-        if row.get("status") not in COMPLETION_STATUSES:
-            raise ValueError(f"status must be one of {COMPLETION_STATUSES}, got {row.get('status')!r}")
+        sid, completion_id = _checked(row)
         with self._locked(sid) as state:
-            full = {**empty_row(COMPLETIONS), **row, "session_id": sid, "seq": state.next_seq,
-                    "completion_id": completion_id}
-            full["finished_at"] = full["finished_at"] or datetime.now(UTC)
-            try:
-                stored = encode_row(state.history, full)
-                rows_to_table("completions", [stored])  # a row that does not fit the schema never reaches the log
-                self._log.append(encode_line(stored))
-            except BaseException:
-                state.history = History()  # it learned a call that is not on disk
-                raise
-            state.next_seq += 1
-            _apply(state, full)
-            state.version += 1
-            state.last_write, state.dirty = time.monotonic(), True
-        self._flusher.submit(sid)
-        return full
+            flight = self._begin(state, row, completion_id, None)
+        return flight.result()
+
+    async def record_completion_async(self, row: dict) -> dict:
+        """record_completion for a caller on an event loop. When the session's state is at hand without
+        waiting (cached, unlocked, no line of it in flight), the row is encoded and queued right here
+        and the loop is woken once its batch is durable: no worker thread per call. Otherwise (a session
+        to load, a busy one) record_completion runs in a worker thread."""
+        sid, completion_id = _checked(row)
+        state = self._ready(sid)
+        if state is None:
+            return await asyncio.to_thread(self.record_completion, row)
+        loop = asyncio.get_running_loop()
+        landed = loop.create_future()
+        try:
+            flight = self._begin(state, row, completion_id, functools.partial(_wake, loop, landed))
+        finally:
+            state.lock.release()
+        await landed
+        return flight.result()
+
+    def _begin(self, state: _Session, row: dict, completion_id: str,
+               notify: Callable[[], None] | None) -> _InFlight:
+        """Encode the row as the session's next seq and queue its line (the session's lock is held).
+        Until the line lands the session has it in flight: its next line waits, so a failed write
+        gives its seq again and never leaves a gap."""
+        full = {**empty_row(COMPLETIONS), **row, "session_id": state.row["session_id"], "seq": state.next_seq,
+                "completion_id": completion_id}
+        full["finished_at"] = full["finished_at"] or datetime.now(UTC)
+        flight = _InFlight(full, notify)
+        try:
+            self._log.submit(encode_row(state.history, full), functools.partial(self._landed, state, flight))
+        except BaseException:
+            state.history = History()  # it learned a call that is not on disk
+            raise
+        state.next_seq += 1
+        state.in_flight = flight
+        return flight
+
+    def _landed(self, state: _Session, flight: _InFlight, error: Exception | None) -> None:
+        """The committer's word on a line: count it in the summary, or take its seq back."""
+        with state.lock:
+            state.in_flight = None
+            if error is None:
+                _apply(state, flight.row)
+                state.version += 1
+                state.last_write, state.dirty = time.monotonic(), True
+            else:
+                state.history, state.next_seq = History(), flight.row["seq"]
+        if error is None:
+            self._flusher.submit(state.row["session_id"])
+        flight.land(error)
+
+    def _ready(self, sid: str) -> _Session | None:
+        """The session's cached state with its lock taken, when that needs no waiting and no loading."""
+        if not self._lock.acquire(blocking=False):
+            return None
+        try:
+            state = None if self._closed else self._sessions.get(sid)
+            if state is not None:
+                self._sessions.move_to_end(sid)
+        finally:
+            self._lock.release()
+        if state is None or not state.lock.acquire(blocking=False):
+            return None
+        if state.evicted or state.in_flight is not None:
+            state.lock.release()
+            return None
+        return state
 
     def has_session(self, sid: str) -> bool:
         """Whether the store knows the session: a recorded call (in the log or in its files), a
@@ -358,7 +456,8 @@ class StoreWriter:
         done = []
         for sid, state in states:
             with state.lock:
-                if state.dirty and time.monotonic() - state.last_write >= idle_seconds:
+                idle = time.monotonic() - state.last_write >= idle_seconds
+                if state.dirty and idle and state.in_flight is None:
                     compaction.compact_dir(state.directory)
                     state.dirty = False
                     done.append(sid)
@@ -368,13 +467,17 @@ class StoreWriter:
 
     @contextmanager
     def _locked(self, sid: str) -> Iterator[_Session]:
-        """The session's state with its lock held (fetched again if it was dropped meanwhile)."""
+        """The session's state with its lock held and no line of it in flight (fetched again if it
+        was dropped meanwhile)."""
         while True:
             state = self._state(sid)
             with state.lock:
-                if not state.evicted:
+                flight = state.in_flight
+                if flight is None and not state.evicted:
                     yield state
                     return
+            if flight is not None:
+                flight.settled.wait()
 
     def _state(self, sid: str) -> _Session:
         with self._lock:
@@ -400,7 +503,7 @@ class StoreWriter:
             return False
         compacted = False
         try:
-            if state.version != state.saved:
+            if state.version != state.saved or state.in_flight is not None:
                 return False
             if state.dirty:
                 compaction.compact_dir(state.directory)
