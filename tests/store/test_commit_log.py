@@ -142,27 +142,33 @@ def test_concurrent_calls_share_batches_and_keep_session_order(root):
 
 
 FILE_LIMIT_SCRIPT = """
-import resource, signal, sys
+import asyncio, resource, signal, sys
 from tracetap.store import StoreError, StoreWriter
 signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # past the limit, write() fails with EFBIG instead
+
+async def on_loop(row):  # the gateway's path: encoded on the loop, woken by the committer
+    return await writer.record_completion_async(row)
+
+record = (lambda row: asyncio.run(on_loop(row))) if sys.argv[3] == "loop" else None
 with StoreWriter(sys.argv[1]) as writer:
     resource.setrlimit(resource.RLIMIT_FSIZE, (int(sys.argv[2]), resource.RLIM_INFINITY))
     outcomes = []
     for n in range(3):
+        row = {"session_id": "s1", "status": "ok", "error": "x" * 700, "completion_id": f"c-{n}"}
         try:
-            outcomes.append(writer.record_completion({"session_id": "s1", "status": "ok", "error": "x" * 700,
-                                                      "completion_id": f"c-{n}"})["seq"])
+            outcomes.append((record or writer.record_completion)(row)["seq"])
         except StoreError as error:
             outcomes.append(str(error))
     print(outcomes)
 """
 
 
-def test_a_failed_write_leaves_no_line_of_its_batch_and_the_next_call_goes_on(root):
+@pytest.mark.parametrize("caller", ["thread", "loop"])
+def test_a_failed_write_leaves_no_line_of_its_batch_and_the_next_call_goes_on(root, caller):
     """A real write failure: a file size limit (RLIMIT_FSIZE) that the second row crosses mid-line."""
     line = len(encode_line({**completion(), "error": "x" * 700, "completion_id": "c-0", "seq": 0,
                            "finished_at": datetime(2026, 1, 1, tzinfo=UTC)}))
-    done = subprocess.run([sys.executable, "-c", FILE_LIMIT_SCRIPT, str(root), str(line + line // 2)],
+    done = subprocess.run([sys.executable, "-c", FILE_LIMIT_SCRIPT, str(root), str(line + line // 2), caller],
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     outcomes = eval(done.stdout)  # a list of seqs and error messages, printed by the child

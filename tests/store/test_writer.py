@@ -1,3 +1,4 @@
+import asyncio
 import json
 import re
 import shutil
@@ -267,3 +268,46 @@ def test_concurrent_writes_with_a_tiny_cache_keep_every_seq(root):
     assert seqs["shared"] == list(range(per_thread * len(sessions)))
     assert all(seqs[sid] == list(range(per_thread)) for sid in sessions)
     assert session_row(root, "shared")["completions"] == per_thread * len(sessions)
+
+
+def test_event_loop_callers_and_threads_keep_every_seq(root):
+    """The loop's fast path (encode on the loop, woken by the committer) and the thread path share
+    sessions: parallel calls of one session, sessions loaded and evicted under a tiny cache."""
+    sessions, per_caller = [f"c{n}" for n in range(6)], 12
+
+    async def loop_caller(sid: str) -> None:
+        for _ in range(per_caller):
+            await w.record_completion_async(completion(sid))
+            await w.record_completion_async(completion("shared"))
+
+    def thread_caller() -> None:
+        for _ in range(per_caller):
+            w.record_completion(completion("shared"))
+
+    async def main() -> None:
+        await asyncio.gather(*(loop_caller(sid) for sid in sessions), asyncio.to_thread(thread_caller))
+
+    with StoreWriter(root, max_sessions=3) as w:
+        asyncio.run(main())
+    with connect(root) as con:
+        seqs = defaultdict(list)
+        for sid, seq in con.execute("SELECT session_id, seq FROM completions ORDER BY seq").fetchall():
+            seqs[sid].append(seq)
+    assert seqs["shared"] == list(range(per_caller * (len(sessions) + 1)))
+    assert all(seqs[sid] == list(range(per_caller)) for sid in sessions)
+    assert session_row(root, "shared")["completions"] == per_caller * (len(sessions) + 1)
+
+
+def test_a_row_that_does_not_fit_fails_alone_in_its_batch(writer, root):
+    async def batch() -> list:
+        for sid in ("s1", "s2", "s3"):  # cached, so each call takes the loop's fast path
+            await writer.record_completion_async(completion(sid))
+        return await asyncio.gather(writer.record_completion_async(completion("s1")),
+                                    writer.record_completion_async(completion("s2", prompt_tokens="many")),
+                                    writer.record_completion_async(completion("s3")), return_exceptions=True)
+
+    first, misfit, third = asyncio.run(batch())
+    assert (first["seq"], third["seq"]) == (1, 1)
+    assert isinstance(misfit, ValueError) and "prompt_tokens" in str(misfit)
+    assert writer.record_completion(completion("s2"))["seq"] == 1  # its seq was given back
+    assert [r["seq"] for r in log_rows(root, "s2").to_pylist()] == [0, 1]
