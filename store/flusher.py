@@ -35,13 +35,14 @@ class Flusher(Generic[K]):
     def submit(self, key: K) -> None:
         """Schedule `save(key)`; after close() it runs right here instead."""
         with self._cond:
-            closed = self._closed
+            closed, idle = self._closed, not self._pending
             if not closed:
                 self._pending[key] = None
             if not closed and self._thread is None:
                 self._thread = threading.Thread(target=self._run, name=self._name, daemon=True)
                 self._thread.start()
-            self._cond.notify_all()
+            if idle:  # a thread waiting out the delay needs no wake-up per submit (each costs a GIL hand-off)
+                self._cond.notify_all()
         if closed:
             self._save(key)
 

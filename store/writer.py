@@ -35,6 +35,7 @@ import json
 import secrets
 import threading
 import time
+import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Collection, Iterator
 from contextlib import contextmanager, suppress
@@ -195,16 +196,30 @@ def _checked(row: dict) -> tuple[str, str]:
     return sid, completion_id
 
 
-def _wake(loop: asyncio.AbstractEventLoop, landed: asyncio.Future) -> None:
-    """Settle an event-loop caller's future from the committer thread (a loop already closed, or a
-    caller that gave up, has nobody to wake)."""
-    with suppress(RuntimeError):
-        loop.call_soon_threadsafe(_settle, landed)
+class _LoopWaker:
+    """Settles one event loop's futures from the committer thread, waking the loop once per batch: each
+    wake-up is a write to the loop's self-pipe and a GIL hand-off, which one per row made a measurable cost.
+    A loop already closed, or a caller that gave up, has nobody to wake."""
 
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        self._lock = threading.Lock()
+        self._ready: list[asyncio.Future] = []
 
-def _settle(landed: asyncio.Future) -> None:
-    if not landed.done():
-        landed.set_result(None)
+    def settle(self, landed: asyncio.Future) -> None:
+        with self._lock:
+            first = not self._ready
+            self._ready.append(landed)
+        if first:
+            with suppress(RuntimeError):
+                self._loop.call_soon_threadsafe(self._drain)
+
+    def _drain(self) -> None:
+        with self._lock:
+            ready, self._ready = self._ready, []
+        for landed in ready:
+            if not landed.done():
+                landed.set_result(None)
 
 
 def _new_row(sid: str) -> dict:
@@ -226,6 +241,7 @@ class StoreWriter:
         self._owner = self._open_store()
         self._log = CommitLog(self.root / LOG_DIR, secrets.token_hex(8), segment_bytes)
         self._segments_lock = threading.Lock()
+        self._wakers: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _LoopWaker] = weakref.WeakKeyDictionary()
         self._uncovered: dict[StorePath, dict[str, int]] = {}  # retired segment -> {session: highest seq} not in parts
         self._flusher = Flusher(self._save_deferred, delay=SESSION_SAVE_DELAY)
         self._recover()
@@ -342,8 +358,9 @@ class StoreWriter:
             return await asyncio.to_thread(self.record_completion, row)
         loop = asyncio.get_running_loop()
         landed = loop.create_future()
+        waker = self._wakers.get(loop) or self._wakers.setdefault(loop, _LoopWaker(loop))
         try:
-            flight = self._begin(state, row, completion_id, functools.partial(_wake, loop, landed))
+            flight = self._begin(state, row, completion_id, functools.partial(waker.settle, landed))
         finally:
             state.lock.release()
         await landed
