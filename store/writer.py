@@ -350,10 +350,13 @@ class StoreWriter:
     async def record_completion_async(self, row: dict) -> dict:
         """record_completion for a caller on an event loop. When the session's state is at hand without
         waiting (cached, unlocked, no line of it in flight), the row is encoded and queued right here
-        and the loop is woken once its batch is durable: no worker thread per call. Otherwise (a session
-        to load, a busy one) record_completion runs in a worker thread."""
+        and the loop is woken once its batch is durable: no worker thread per call. A session not in
+        memory is loaded in a worker thread first; a busy one is recorded in a worker thread."""
         sid, completion_id = _checked(row)
         state = self._ready(sid)
+        if state is None and not self._is_cached(sid):
+            await asyncio.to_thread(self._state, sid)  # loads it (the disk may be an object store)
+            state = self._ready(sid)
         if state is None:
             return await asyncio.to_thread(self.record_completion, row)
         loop = asyncio.get_running_loop()
@@ -397,6 +400,10 @@ class StoreWriter:
         if error is None:
             self._flusher.submit(state.row["session_id"])
         flight.land(error)
+
+    def _is_cached(self, sid: str) -> bool:
+        with self._lock:
+            return sid in self._sessions
 
     def _ready(self, sid: str) -> _Session | None:
         """The session's cached state with its lock taken, when that needs no waiting and no loading."""
