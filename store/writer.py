@@ -9,10 +9,13 @@ the cache starts a fresh one). Compaction moves the log rows into part files (on
 compact_idle and eviction) and segments whose rows parts cover are deleted. A writer opening the store
 recovers the log a dead one left: its whole rows are compacted, torn tails dropped. Session state lives
 in memory after its first touch, so a write never re-reads the store.
-Writes to one session are serialized (seqs hit the disk in order, which compaction relies on);
-different sessions write in parallel. The summary row is rewritten by a background thread right
-after each call (it is derived: a writer opening the store recounts every row a crash left stale), and
-synchronously by register_session, close_session, flush and close. One writer process per store:
+Writes to one session are serialized: a session has at most one line in flight (seqs hit the disk in
+order, which compaction relies on, and a failed write gives its seq back without a gap); different
+sessions write in parallel. The gateway records from its event loop (`record_completion_async`): the row
+is encoded there and the committer wakes the loop when it is durable, so no thread waits per call.
+The summary row is rewritten by a background thread shortly after each call (it is derived: a writer
+opening the store recounts every row a crash left stale), and synchronously by register_session,
+close_session, flush and close. One writer process per store:
 a lock file enforces it.
 
 On an object store (`s3://bucket/prefix`, store/location.py) files are single PUTs and the log is one
@@ -353,10 +356,10 @@ class StoreWriter:
         and the loop is woken once its batch is durable: no worker thread per call. A session not in
         memory is loaded in a worker thread first; a busy one is recorded in a worker thread."""
         sid, completion_id = _checked(row)
-        state = self._ready(sid)
-        if state is None and not self._is_cached(sid):
+        state, in_memory = self._ready(sid)
+        if not in_memory:
             await asyncio.to_thread(self._state, sid)  # loads it (the disk may be an object store)
-            state = self._ready(sid)
+            state, in_memory = self._ready(sid)
         if state is None:
             return await asyncio.to_thread(self.record_completion, row)
         loop = asyncio.get_running_loop()
@@ -388,39 +391,40 @@ class StoreWriter:
         return flight
 
     def _landed(self, state: _Session, flight: _InFlight, error: Exception | None) -> None:
-        """The committer's word on a line: count it in the summary, or take its seq back."""
-        with state.lock:
-            state.in_flight = None
+        """The committer's word on a line: count it in the summary, or take its seq back. Its caller is
+        told whatever happens here (the summary is derived data; a caller left waiting would hang)."""
+        try:
+            with state.lock:
+                state.in_flight = None
+                if error is None:
+                    _apply(state, flight.row)
+                    state.version += 1
+                    state.last_write, state.dirty = time.monotonic(), True
+                else:
+                    state.history, state.next_seq = History(), flight.row["seq"]
             if error is None:
-                _apply(state, flight.row)
-                state.version += 1
-                state.last_write, state.dirty = time.monotonic(), True
-            else:
-                state.history, state.next_seq = History(), flight.row["seq"]
-        if error is None:
-            self._flusher.submit(state.row["session_id"])
-        flight.land(error)
+                self._flusher.submit(state.row["session_id"])
+        finally:
+            flight.land(error)
 
-    def _is_cached(self, sid: str) -> bool:
-        with self._lock:
-            return sid in self._sessions
-
-    def _ready(self, sid: str) -> _Session | None:
-        """The session's cached state with its lock taken, when that needs no waiting and no loading."""
+    def _ready(self, sid: str) -> tuple[_Session | None, bool]:
+        """(the session's state with its lock taken, when that needs no waiting, else None; False when
+        the session is surely not in memory). Never blocks: the caller is an event loop."""
         if not self._lock.acquire(blocking=False):
-            return None
+            return None, True
         try:
             state = None if self._closed else self._sessions.get(sid)
-            if state is not None:
-                self._sessions.move_to_end(sid)
+            if state is None:
+                return None, self._closed  # a closed writer is left to record_completion to refuse
+            self._sessions.move_to_end(sid)
         finally:
             self._lock.release()
-        if state is None or not state.lock.acquire(blocking=False):
-            return None
+        if not state.lock.acquire(blocking=False):
+            return None, True
         if state.evicted or state.in_flight is not None:
             state.lock.release()
-            return None
-        return state
+            return None, True
+        return state, True
 
     def has_session(self, sid: str) -> bool:
         """Whether the store knows the session: a recorded call (in the log or in its files), a
