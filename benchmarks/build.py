@@ -6,7 +6,8 @@ Writes a store of synthetic agent sessions through the real store writer (benchm
 first `--also-at` sessions, then grown to `--sessions`, and at each size times, each in a fresh
 process: the floor (DuckDB summing the lengths of the stored token columns, `prompt_suffix_ids`
 (or a version-1 `prompt_token_ids`) and `completion_token_ids`, over the live completions files),
-then `builders.runner.build` with prefix_merging and per_request.
+then `builders.runner.build` with prefix_merging and per_request, with the worker processes
+`tracetap build` would start (builders.runner.default_workers).
 The page cache is warm for all three (an untimed read of the store goes first). Reports tokens/s
 (prompt + sampled tokens of the store per second), the ratio to the scan, the RSS high-water mark of
 each process, bytes on disk per session and each builder's trace and training-token counts. Prints
@@ -30,7 +31,7 @@ from pathlib import Path
 
 import duckdb
 from synthetic_chat import Shape, session_id, write_sessions
-from tracetap.builders.runner import BUILD_THREADS, READ_BATCH, build, list_sessions
+from tracetap.builders.runner import READ_BATCH, build, default_workers, list_sessions
 from tracetap.store import StoreReader, compact_store
 
 KINDS = ("scan", "prefix_merging", "per_request")
@@ -74,11 +75,13 @@ def measure_here(kind: str, root: Path) -> dict:
         rows, prompt, sampled, _ = _query(SCAN_SQL, _completion_files(root))
         result = {"rows": rows, "tokens": int(prompt + sampled)}
     else:
-        summary = build(root, kind)
+        summary = build(root, kind, workers=default_workers(len(list_sessions(root))))
         result = {key: value for key, value in summary.to_dict().items() if key != "session_stats"}
         result["not_trainable"] = len(result["not_trainable"])
     seconds = time.perf_counter() - start
-    return {"kind": kind, "seconds": seconds, "peak_rss_mb": _peak_rss_mb(), "baseline_rss_mb": baseline, **result}
+    workers_rss = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024  # the largest worker process
+    return {"kind": kind, "seconds": seconds, "peak_rss_mb": max(_peak_rss_mb(), workers_rss),
+            "baseline_rss_mb": baseline, **result}
 
 
 def measure(kind: str, root: Path) -> dict:
@@ -176,10 +179,10 @@ def markdown(stages: list[dict], shape: Shape, repeat: int) -> str:
         f"{shape.max_context:,} tokens ({last['store_tokens'] / 1e9:.2f} G prompt + sampled tokens, "
         f"{last['disk_bytes_per_session'] / 2**20:.1f} MiB on disk per session, largest session "
         f"{last['largest_session_tokens'] * 4 / 2**20:.1f} MiB of int32 ids). Each step runs in a fresh "
-        f"process (median of {repeat}); peak RSS is its VmHWM, growth is over its RSS right before the step "
-        f"(interpreter and libraries loaded). Warm page cache; DuckDB uses all {os.cpu_count()} cores, the "
-        f"builders read sessions in batches of {READ_BATCH} and run {BUILD_THREADS} batches at a time "
-        "(builders.runner READ_BATCH, BUILD_THREADS).",
+        f"process (median of {repeat}); peak RSS is its VmHWM (or its largest worker's), growth is over its "
+        f"RSS right before the step (interpreter and libraries loaded). Warm page cache; DuckDB uses all "
+        f"{os.cpu_count()} cores, the builders read sessions in batches of {READ_BATCH} and run in "
+        f"{default_workers(last['sessions'])} worker process(es) (builders.runner READ_BATCH, default_workers).",
         "",
         "| sessions | step | seconds | M tokens/s | x scan | peak RSS MiB | RSS growth MiB | traces | tokens in traces "
         "| loss-1 tokens | written MiB/session |",

@@ -6,6 +6,6 @@ store.
 """
 
 from tracetap.builders.prefix_merging import merge_session
-from tracetap.builders.runner import BUILDERS, BuildSummary, build, list_sessions, load_session
+from tracetap.builders.runner import BUILDERS, BuildSummary, build, default_workers, list_sessions, load_session
 
-__all__ = ["BUILDERS", "BuildSummary", "build", "list_sessions", "load_session", "merge_session"]
+__all__ = ["BUILDERS", "BuildSummary", "build", "default_workers", "list_sessions", "load_session", "merge_session"]

@@ -1,8 +1,12 @@
 """Run a builder over a store: read each session's completions, write its `trajectories` partition.
 
-Sessions are read in small batches (READ_BATCH) and built a batch or two at a time (BUILD_THREADS),
-so memory is bounded by the largest sessions, not the store: one thread's Parquet decoding and
-fsyncs (which release the GIL) overlap another's routing. Results are taken in session order. Token
+Sessions are read in small batches (READ_BATCH), so memory is bounded by the largest sessions, not
+the store. With `workers` > 1 the batches are built in that many worker processes (routing is Python
+and holds the GIL, so threads share one core; `tracetap build` picks one per core for a large build,
+default_workers). Workers are spawned, so a script calling `build` with workers needs the usual
+`if __name__ == "__main__":` guard. Otherwise a batch or two are built at a time in this process
+(BUILD_THREADS): one thread's Parquet decoding and fsyncs (which release the GIL) overlap another's
+routing. Results are taken in session order. Token
 columns are handed to the builders as numpy views over the Arrow buffers (no per-token Python
 objects), prompts in the compact form capture stored (a reference and a suffix), so no prompt is
 read whole unless a builder needs it. Each session's traces replace
@@ -12,9 +16,12 @@ gets an empty file, so a rebuild never leaves stale traces.
 
 from __future__ import annotations
 
+import multiprocessing
+import os
+import pickle
 from collections import Counter
 from collections.abc import Callable, Iterable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Executor, ProcessPoolExecutor, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from functools import partial
 
@@ -32,6 +39,8 @@ NUMPY_COLUMNS = {"prompt_suffix_ids": np.int32, "completion_token_ids": np.int32
 OUTPUT_FILE = "part-0.parquet"
 BUILD_THREADS = 2  # batches in flight: ~1.5x faster prefix_merging on 2 cores (benchmarks/build.py)
 READ_BATCH = 8  # sessions read together: one store listing per batch, not per session and table
+PROCESS_MIN_SESSIONS = 128  # fewer sessions build faster in process than a worker takes to start (~0.4 s)
+MAX_WORKERS = 8
 BUILDERS: dict[str, Builder] = {
     per_request.NAME: per_request.build_session,
     prefix_merging.NAME: prefix_merging.merge_session,
@@ -112,19 +121,44 @@ def _load_batch(reader: Reader, session_ids: list[str]) -> list[tuple[list[dict]
     return [(table_rows(tables[sid]), sessions.get(sid)) for sid in session_ids]
 
 
+def default_workers(sessions: int) -> int:
+    """Worker processes worth starting for a build of `sessions`: one per usable core for a large build,
+    else 1 (build in this process)."""
+    if sessions < PROCESS_MIN_SESSIONS:
+        return 1
+    return max(1, min(len(os.sched_getaffinity(0)), MAX_WORKERS))
+
+
+def _executor(workers: int, decode: Decode | None) -> Executor:
+    """Worker processes, or threads in this process for one worker or a `decode` no process can be
+    handed (a lambda or a closure: only module-level functions pickle)."""
+    if workers > 1:
+        try:
+            pickle.dumps(decode)
+        except (pickle.PicklingError, AttributeError, TypeError):
+            workers = 1
+    if workers == 1:
+        return ThreadPoolExecutor(BUILD_THREADS, thread_name_prefix="tracetap-build")
+    # spawn, not fork: the caller may hold threads (Arrow's pools, a server's) a forked child would inherit locked
+    return ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"))
+
+
 def build(store_root: StorePath | str, builder: str, session_ids: Iterable[str] | None = None,
           eot_id: int | None = None, progress: Callable[[str], None] | None = None,
-          decode: Decode | None = None) -> BuildSummary:
+          decode: Decode | None = None, workers: int = 1) -> BuildSummary:
     """Build `builder`'s trajectories for the given sessions (default: all) into the store.
 
     `eot_id` overrides end-of-turn detection (prefix_merging). `progress` is called with each
     session id once that session is written. `decode` (ids -> text, the model's tokenizer) tells
     tokenization drift from content drift (without it, drift is unclassified and not trainable).
+    `workers`: processes building in parallel (1: build in this process; see default_workers).
     """
     if builder not in BUILDERS:
         raise ValueError(f"unknown builder {builder!r}; builders: {', '.join(BUILDERS)}")
     if eot_id is not None and (isinstance(eot_id, bool) or not isinstance(eot_id, int) or eot_id < 0):
         raise ValueError(f"end-of-turn id must be a non-negative integer, got {eot_id!r}")
+    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
+        raise ValueError(f"workers must be a positive integer, got {workers!r}")
     reader: Reader = StoreReader(store_root)
     known = reader.session_ids()
     wanted = known if session_ids is None else list(dict.fromkeys(map(validate_session_id, session_ids)))
@@ -132,10 +166,10 @@ def build(store_root: StorePath | str, builder: str, session_ids: Iterable[str] 
     if missing:
         raise ValueError(f"no completions recorded for session(s): {', '.join(missing)}")
     summary = BuildSummary(builder)
-    pool = ThreadPoolExecutor(BUILD_THREADS, thread_name_prefix="tracetap-build")
+    pool = _executor(workers, decode)
     try:
         batches = [wanted[start:start + READ_BATCH] for start in range(0, len(wanted), READ_BATCH)]
-        results = pool.map(partial(_build_batch, reader, builder, eot_id, decode), batches)
+        results = pool.map(partial(_build_batch, reader.root, builder, eot_id, decode), batches)
         for batch, stats in zip(batches, results, strict=True):
             for sid, session_stats in zip(batch, stats, strict=True):
                 summary.add(sid, session_stats)
@@ -146,12 +180,12 @@ def build(store_root: StorePath | str, builder: str, session_ids: Iterable[str] 
     return summary
 
 
-def _build_batch(reader: Reader, builder: str, eot_id: int | None, decode: Decode | None,
+def _build_batch(root: StorePath, builder: str, eot_id: int | None, decode: Decode | None,
                  session_ids: list[str]) -> list[dict]:
-    """Build and write a few sessions' traces; returns their stats."""
+    """Build and write a few sessions' traces; returns their stats. Runs in a worker process too."""
     stats = []
-    for sid, (rows, session) in zip(session_ids, _load_batch(reader, session_ids), strict=True):
+    for sid, (rows, session) in zip(session_ids, _load_batch(StoreReader(root), session_ids), strict=True):
         traces, session_stats = BUILDERS[builder](rows, eot_id=eot_id, session=session, decode=decode)
-        write_session_table(reader.root, "trajectories", sid, traces, OUTPUT_FILE, builder=builder)
+        write_session_table(root, "trajectories", sid, traces, OUTPUT_FILE, builder=builder)
         stats.append(session_stats)
     return stats

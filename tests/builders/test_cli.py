@@ -48,7 +48,7 @@ def test_eot_id_and_session_options_reach_the_builder(store):
 
 
 def test_json_summary_of_per_request(store):
-    summary = json.loads(run("--store", str(store), "--builder", "per_request", "--json").stdout)
+    summary = json.loads(run("--store", str(store), "--builder", "per_request", "--workers", "2", "--json").stdout)
     assert (summary["traces"], summary["not_trainable"]) == (4, ["b"])
     assert summary["session_stats"]["b"]["not_trainable_reasons"] == ["mixed_policy_versions"]
 
@@ -58,6 +58,7 @@ def test_json_summary_of_per_request(store):
     (["--builder", "prefix_merging", "--session", "../x"], 1, "invalid session id"),
     (["--builder", "nope"], 2, "'nope' is not one of"),
     (["--builder", "per_request", "--eot-id", "-3"], 2, "-3 is not in the range x>=0"),
+    (["--builder", "per_request", "--workers", "0"], 2, "0 is not in the range x>=1"),
 ])
 def test_bad_input_exits_non_zero_with_a_clear_message(store, args, code, message):
     assert message in run("--store", str(store), *args, code=code).output

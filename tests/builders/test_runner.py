@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+import os
+from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
+
 import pyarrow.parquet as pq
 import pytest
 from toychat import Conversation, failure
 from tracestore import read_traces, write_store
-from tracetap.builders import build, list_sessions, load_session
+from tracetap.builders import build, default_workers, list_sessions, load_session
+from tracetap.builders.runner import PROCESS_MIN_SESSIONS, READ_BATCH, _executor
 from tracetap.store import InvalidSessionId, StoreError, StoreWriter
+
+from tracetap.common import decode as decode_text
 
 
 def agent_rows(session_id: str, turns: int) -> list[dict]:
@@ -76,6 +82,7 @@ def test_compacted_and_loose_files_read_alike(store_root):
     ({"session_ids": ["missing"]}, ValueError, "no completions recorded for session(s): missing"),
     ({"session_ids": ["../etc"]}, InvalidSessionId, "invalid session id"),
     ({"eot_id": -1}, ValueError, "non-negative integer"),
+    ({"workers": 0}, ValueError, "workers must be a positive integer, got 0"),
 ])
 def test_bad_arguments_are_clear_errors_and_write_nothing(store_root, kwargs, error, message):
     with pytest.raises(error, match=message.replace("(", r"\(").replace(")", r"\)")):
@@ -86,3 +93,37 @@ def test_bad_arguments_are_clear_errors_and_write_nothing(store_root, kwargs, er
 def test_a_directory_that_is_not_a_store_is_an_error(tmp_path):
     with pytest.raises(StoreError, match="not a tracetap store"):
         build(tmp_path, "per_request")
+
+
+def _traces_of(root, builder: str, sessions: list[str]) -> dict[str, list[dict]]:
+    return {sid: read_traces(root, builder, sid) for sid in sessions}
+
+
+@pytest.mark.parametrize("builder", ["prefix_merging", "per_request"])
+def test_worker_processes_build_what_one_process_builds(tmp_path, builder):
+    sids = [f"s{n:02d}" for n in range(2 * READ_BATCH + 3)]  # three batches, the last one short
+    rows = [row for n, sid in enumerate(sids) for row in agent_rows(sid, 1 + n % 4)] + [failure(502, session_id="s05")]
+    root = write_store(tmp_path / "store", rows)
+    alone = build(root, builder)
+    in_process = _traces_of(root, builder, sids)
+    seen = []
+    parallel = build(root, builder, progress=seen.append, workers=2)
+    assert seen == sids  # in session order, each once written
+    assert parallel.to_dict() == alone.to_dict() and parallel.not_trainable == ["s05"]
+    assert _traces_of(root, builder, sids) == in_process
+
+
+def test_a_decode_that_cannot_go_to_a_process_builds_in_process(store_root):
+    closure = lambda ids: " ".join(map(str, ids))  # noqa: E731
+    for workers, decode, kind in [(2, None, ProcessPoolExecutor), (2, decode_text, ProcessPoolExecutor),
+                                  (2, closure, ThreadPoolExecutor), (1, None, ThreadPoolExecutor)]:
+        pool = _executor(workers, decode)
+        pool.shutdown()
+        assert type(pool) is kind
+    summary = build(store_root, "prefix_merging", decode=closure, workers=2)
+    assert summary.sessions == 2 and len(read_traces(store_root, "prefix_merging", "a")) == 1
+
+
+def test_large_builds_get_a_worker_per_core_and_small_ones_none():
+    assert default_workers(PROCESS_MIN_SESSIONS - 1) == 1
+    assert default_workers(PROCESS_MIN_SESSIONS) == min(len(os.sched_getaffinity(0)), 8)

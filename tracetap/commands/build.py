@@ -42,14 +42,16 @@ def _by_kind(counts: dict[str, int]) -> str:
               help="Build only this session (repeatable). Default: every session.")
 @click.option("--eot-id", type=click.IntRange(min=0), default=None,
               help="End-of-turn token id (default: detected from naturally stopped calls).")
+@click.option("--workers", type=click.IntRange(min=1), default=None,
+              help="Processes building in parallel (default: one per core from 128 sessions on, else 1).")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary (with per-session stats) as JSON.")
 def command(store_dir: StorePath, builder: str, sessions: tuple[str, ...], eot_id: int | None,
-            as_json: bool) -> None:
+            workers: int | None, as_json: bool) -> None:
     """Build trajectories into STORE/trajectories/builder=<name>/.
 
     Example: tracetap build --store ./store --builder prefix_merging
     """
-    from tracetap.builders import build, list_sessions
+    from tracetap.builders import build, default_workers, list_sessions
     from tracetap.common import decode
     from tracetap.store import StoreError
 
@@ -58,7 +60,7 @@ def command(store_dir: StorePath, builder: str, sessions: tuple[str, ...], eot_i
         with click.progressbar(length=len(wanted), label=f"building {builder}", file=sys.stderr,
                                show_pos=True) as bar:
             summary = build(store_dir, builder, wanted, eot_id=eot_id, progress=lambda _sid: bar.update(1),
-                            decode=decode)
+                            decode=decode, workers=workers or default_workers(len(wanted)))
     except (StoreError, ValueError) as exc:
         raise click.ClickException(str(exc)) from None
     if as_json:
