@@ -114,8 +114,11 @@ def to_call(row: dict, prompts: Prompts) -> Call | None:
 
 def tokenization(row: dict) -> str:
     """`gateway` when the gateway rendered and tokenized the call's prompt (`--tokenize gateway`)."""
+    metadata = row.get("metadata_json") or "{}"
+    if '"tokenization"' not in metadata:  # most rows: no need to parse it
+        return "upstream"
     try:
-        return str(json.loads(row.get("metadata_json") or "{}").get("tokenization") or "upstream")
+        return str(json.loads(metadata).get("tokenization") or "upstream")
     except (ValueError, AttributeError):
         return "upstream"
 
@@ -184,20 +187,20 @@ def trace_row(builder: str, prompt: np.ndarray, parts: list[tuple[np.ndarray, Ca
 
 def _response(parts: list[tuple[np.ndarray, Call | None]]) -> tuple[dict, list[dict]]:
     """The response columns of a trace (ids, loss mask, logprobs or null) and each call's span in it."""
-    chunks, masks, logprobs, spans = [], [], [], []
-    aligned, offset = True, 0
-    for tokens, call in parts:
-        chunks.append(tokens)
-        masks.append(np.full(len(tokens), 1 if call else 0, dtype=np.int8))
-        if call is not None:
-            spans.append({"completion_id": call.completion_id, "start": offset, "length": len(tokens),
-                          "policy_version": call.policy_version})
-            aligned = aligned and call.logprobs is not None
-        logprobs.append(call.logprobs if call is not None and call.logprobs is not None
-                        else np.zeros(len(tokens), dtype=np.float32))
-        offset += len(tokens)
-    columns = {"response_token_ids": _concat(chunks, np.int32), "loss_mask": _concat(masks, np.int8),
-               "response_logprobs": _concat(logprobs, np.float32) if aligned else None}
+    lengths = [len(tokens) for tokens, _ in parts]
+    starts = np.cumsum([0, *lengths]).tolist()
+    sampled = [(start, tokens, call) for start, (tokens, call) in zip(starts[:-1], parts, strict=True)
+               if call is not None]
+    spans = [{"completion_id": call.completion_id, "start": start, "length": len(tokens),
+              "policy_version": call.policy_version} for start, tokens, call in sampled]
+    mask = np.repeat(np.array([call is not None for _, call in parts], dtype=np.int8), lengths)
+    logprobs = None
+    if all(call.logprobs is not None for _, _, call in sampled):
+        logprobs = np.zeros(starts[-1], dtype=np.float32)  # 0.0 for interstitial context
+        for start, tokens, call in sampled:
+            logprobs[start:start + len(tokens)] = call.logprobs
+    columns = {"response_token_ids": _concat([tokens for tokens, _ in parts], np.int32),
+               "loss_mask": mask, "response_logprobs": logprobs}
     return columns, spans
 
 

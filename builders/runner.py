@@ -6,7 +6,8 @@ and holds the GIL, so threads share one core; `tracetap build` picks one per cor
 default_workers). Workers are spawned, so a script calling `build` with workers needs the usual
 `if __name__ == "__main__":` guard. Otherwise a batch or two are built at a time in this process
 (BUILD_THREADS): one thread's Parquet decoding and fsyncs (which release the GIL) overlap another's
-routing. Results are taken in session order. Token
+routing. A batch's trace files are made durable together (one sync, store.write_session_tables).
+Results are taken in session order. Token
 columns are handed to the builders as numpy views over the Arrow buffers (no per-token Python
 objects), prompts in the compact form capture stored (a reference and a suffix), so no prompt is
 read whole unless a builder needs it. Each session's traces replace
@@ -30,7 +31,7 @@ import pyarrow as pa
 from tracetap.builders import per_request, prefix_merging
 from tracetap.builders.base import Builder
 from tracetap.builders.drift import Decode
-from tracetap.store import Reader, StorePath, StoreReader, validate_session_id, write_session_table
+from tracetap.store import Reader, StorePath, StoreReader, validate_session_id, write_session_tables
 
 READ_COLUMNS = ["session_id", "seq", "completion_id", "task_id", "status", "http_status", "served_model",
                 "prompt_ref_seq", "prompt_ref_len", "prompt_suffix_ids", "completion_token_ids", "logprobs",
@@ -182,10 +183,10 @@ def build(store_root: StorePath | str, builder: str, session_ids: Iterable[str] 
 
 def _build_batch(root: StorePath, builder: str, eot_id: int | None, decode: Decode | None,
                  session_ids: list[str]) -> list[dict]:
-    """Build and write a few sessions' traces; returns their stats. Runs in a worker process too."""
-    stats = []
-    for sid, (rows, session) in zip(session_ids, _load_batch(StoreReader(root), session_ids), strict=True):
-        traces, session_stats = BUILDERS[builder](rows, eot_id=eot_id, session=session, decode=decode)
-        write_session_table(root, "trajectories", sid, traces, OUTPUT_FILE, builder=builder)
-        stats.append(session_stats)
-    return stats
+    """Build a few sessions' traces and write them with one sync; returns their stats. Runs in a worker
+    process too."""
+    built = [BUILDERS[builder](rows, eot_id=eot_id, session=session, decode=decode)
+             for rows, session in _load_batch(StoreReader(root), session_ids)]
+    traces = [(sid, session_traces) for sid, (session_traces, _) in zip(session_ids, built, strict=True)]
+    write_session_tables(root, "trajectories", traces, OUTPUT_FILE, builder=builder)
+    return [stats for _, stats in built]

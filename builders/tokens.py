@@ -7,6 +7,7 @@ and numpy does that at memory speed over Arrow buffers without copying them into
 from __future__ import annotations
 
 import json
+import re
 from collections import Counter
 
 import numpy as np
@@ -18,6 +19,7 @@ GENERATION_PROMPT_MAX = 16
 # served model is a Qwen model (see detect_eot).
 QWEN_IM_END = 151645
 NATURAL_STOPS = ("stop", "tool_calls", "stop_sequence", "end_turn")
+STOP_STRING = re.compile(r'"stop_reason"\s*:\s*"')  # a body without it has no string stop_reason anywhere
 
 
 def ids(values) -> np.ndarray:
@@ -83,6 +85,8 @@ def shared_tokens(a: np.ndarray, b: np.ndarray) -> int:
 
 def _stopped_on_token(chat_response_json: str | None) -> bool:
     """False when the upstream says a stop *string* ended the turn (its last id is then plain text)."""
+    if not STOP_STRING.search(chat_response_json or ""):  # most bodies: no need to parse them
+        return True
     try:
         choice = json.loads(chat_response_json or "{}").get("choices", [{}])[0]
     except (ValueError, AttributeError, IndexError, TypeError):

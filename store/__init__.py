@@ -23,7 +23,7 @@ from tracetap.store.paths import InvalidSessionId, session_dir, task_file, valid
 from tracetap.store.prompts import Prompts, Stored
 from tracetap.store.reader import Reader, StoreReader, read_task, read_tasks
 from tracetap.store.schema import SCHEMA_VERSION, TABLES, describe, empty_row
-from tracetap.store.tables import write_session_table
+from tracetap.store.tables import write_session_table, write_session_tables
 from tracetap.store.writer import StoreWriter
 
 __all__ = [
@@ -62,5 +62,6 @@ __all__ = [
     "validate_name",
     "validate_session_id",
     "write_session_table",
+    "write_session_tables",
     "write_text_atomic",
 ]

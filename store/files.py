@@ -9,10 +9,20 @@ fsync'd so the rename survives a crash; on an object store it is one PUT.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from functools import partial
+from typing import IO
 
 import pyarrow as pa
 import pyarrow.parquet as pq
-from tracetap.store.location import StorePath, is_dir, parquet_source, read_bytes, store_path, write_atomic
+from tracetap.store.location import (
+    StorePath,
+    is_dir,
+    parquet_source,
+    read_bytes,
+    store_path,
+    write_atomic,
+    write_atomic_many,
+)
 from tracetap.store.paths import VERSION_FILE
 from tracetap.store.schema import SCHEMA_VERSION
 
@@ -35,13 +45,18 @@ def _stat_columns(schema: pa.Schema) -> list[str]:
 
 def write_parquet_atomic(path: StorePath, table: pa.Table, compression: str = "snappy") -> None:
     """Write `table` to `path` so readers see either nothing or the whole, durable file."""
+    write_parquet_atomic_many([(path, table)], compression)
 
-    def write(handle) -> None:
-        # most files hold one row: no dictionaries, statistics only where readers prune on them
-        pq.write_table(table, handle, use_dictionary=False, write_statistics=_stat_columns(table.schema),
-                       row_group_size=ROW_GROUP_ROWS, compression=compression)
 
-    write_atomic(store_path(path), write)
+def write_parquet_atomic_many(files: Sequence[tuple[StorePath, pa.Table]], compression: str = "snappy") -> None:
+    """write_parquet_atomic for several files, made durable together (store/location.py write_atomic_many)."""
+    write_atomic_many([(store_path(path), partial(_write_parquet, table, compression)) for path, table in files])
+
+
+def _write_parquet(table: pa.Table, compression: str, handle: IO[bytes]) -> None:
+    # most files hold one row: no dictionaries, statistics only where readers prune on them
+    pq.write_table(table, handle, use_dictionary=False, write_statistics=_stat_columns(table.schema),
+                   row_group_size=ROW_GROUP_ROWS, compression=compression)
 
 
 def write_text_atomic(path: StorePath, text: str) -> None:

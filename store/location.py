@@ -5,7 +5,8 @@ operation of the store goes through the few functions here, which pick the mediu
 a directory, reading bytes, writing a file so it appears whole, deleting. Paths the store lists come
 back as strings (URLs for an object store); the functions take those too.
 
-Local files keep their durability dance: temp name, fsync, rename, fsync of the directory. An object
+Local files keep their durability dance: temp name, fsync, rename, fsync of the directory (a batch of
+files shares it: one syncfs for all their data, another for all their renames). An object
 PUT is atomic (readers see the old object or the new one, never part of one), so remote writes are one
 PUT and need no temp name, no rename and no directory fsync; object stores have no directories, so making
 one is a no-op and "a directory exists" means "some key starts with its prefix". Listings are never
@@ -16,11 +17,12 @@ into, the store.
 
 from __future__ import annotations
 
+import ctypes
 import io
 import os
 import re
 import secrets
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -31,6 +33,7 @@ if TYPE_CHECKING:
     from fsspec import AbstractFileSystem
 
 URL = re.compile(r"^([a-z][a-z0-9+.-]*)://(.*)$")
+FileWriter = Callable[[IO[bytes]], object]  # writes a file's bytes to the handle it is given
 KEY_PART = re.compile(r"^[A-Za-z0-9_.=-]+$")  # one `/`-separated part of a key: no spaces, quotes or `..`
 
 
@@ -196,11 +199,38 @@ def fsync_dir(directory: str | StorePath) -> None:
     """Make a directory's new or removed entries durable (object stores have no directories)."""
     if _remote(directory) is not None:
         return
-    fd = os.open(str(directory), os.O_RDONLY)
+    _fsync(str(directory))
+
+
+def _fsync(path: str | Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+@cache
+def _syncfs() -> Callable[[int], int] | None:
+    """Linux's syncfs(2) (flush one filesystem), or None where libc lacks it."""
+    return getattr(ctypes.CDLL(None, use_errno=True), "syncfs", None)
+
+
+def _sync(paths: list[Path]) -> None:
+    """Make these files' data (or these directories' entries) durable: an fsync for one, one syncfs per
+    filesystem for several (one journal commit instead of one each), an fsync each without syncfs."""
+    syncfs = _syncfs() if len(paths) > 1 else None
+    if syncfs is None:
+        for path in paths:
+            _fsync(path)
+        return
+    for path in {os.stat(path).st_dev: path for path in paths}.values():
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            if syncfs(fd) != 0:
+                raise OSError(ctypes.get_errno(), f"syncfs of {path}'s filesystem failed")
+        finally:
+            os.close(fd)
 
 
 def ensure_dir(directory: StorePath) -> None:
@@ -215,26 +245,40 @@ def ensure_dir(directory: StorePath) -> None:
     fsync_dir(directory.parent)
 
 
-def write_atomic(path: StorePath, write: Callable[[IO[bytes]], object]) -> None:
+def write_atomic(path: StorePath, write: FileWriter) -> None:
     """Write a file so readers see either nothing (or the old file) or the whole, durable new one."""
-    if isinstance(path, ObjectPath):
-        buffer = io.BytesIO()
-        write(buffer)
-        path.fs.pipe_file(path.key, buffer.getvalue())  # one PUT: atomic, durable once it returns
-        return
-    _write_local(path, write)
+    write_atomic_many([(path, write)])
 
 
-def _write_local(path: Path, write: Callable[[IO[bytes]], object]) -> None:
-    ensure_dir(path.parent)
-    tmp = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
+def write_atomic_many(files: Sequence[tuple[StorePath, FileWriter]]) -> None:
+    """write_atomic for several files, which share their syncs on the local disk (a build writes a
+    batch of sessions' traces so). Each file is atomic; the batch is not: a crash may leave some."""
+    local: list[tuple[Path, FileWriter]] = []
+    for path, write in files:
+        if isinstance(path, ObjectPath):
+            buffer = io.BytesIO()
+            write(buffer)
+            path.fs.pipe_file(path.key, buffer.getvalue())  # one PUT: atomic, durable once it returns
+        else:
+            local.append((path, write))
+    if local:
+        _write_local(local)
+
+
+def _write_local(files: list[tuple[Path, FileWriter]]) -> None:
+    """Each file to a temp name, all synced, each renamed over its final name, the directories synced."""
+    staged: list[Path] = []
     try:
-        with open(tmp, "wb") as handle:
-            write(handle)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
+        for path, write in files:
+            ensure_dir(path.parent)
+            staged.append(path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp"))
+            with open(staged[-1], "wb") as handle:
+                write(handle)
+        _sync(staged)
+        for tmp, (path, _) in zip(staged, files, strict=True):
+            os.replace(tmp, path)
     except BaseException:
-        tmp.unlink(missing_ok=True)
+        for tmp in staged:
+            tmp.unlink(missing_ok=True)
         raise
-    fsync_dir(path.parent)
+    _sync(list(dict.fromkeys(path.parent for path, _ in files)))

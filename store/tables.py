@@ -1,13 +1,14 @@
 """Rows to Arrow tables with the store schema, and the writer for per-session derived tables.
 
-Builders write `trajectories`, evaluators write `rewards`; both go through `write_session_table`,
-which checks every row against the schema before anything touches the disk.
+Builders write `trajectories`, evaluators write `rewards`; both go through `write_session_table`
+(or `write_session_tables` for a batch of sessions), which checks every row against the schema before
+anything touches the disk.
 """
 
 from __future__ import annotations
 
 import pyarrow as pa
-from tracetap.store.files import storage_schema, write_parquet_atomic
+from tracetap.store.files import storage_schema, write_parquet_atomic_many
 from tracetap.store.location import StorePath, store_path
 from tracetap.store.paths import session_dir, validate_filename, validate_session_id
 from tracetap.store.schema import STORED_TABLES
@@ -59,14 +60,34 @@ def write_session_table(
     `trajectories/builder=<builder>/session_id=<sid>/<filename>`. Rows may omit `session_id`
     (and `builder`); rows naming another session or builder are rejected. Returns the file's path.
     """
+    return write_session_tables(root, table, [(session_id, rows)], filename, builder=builder)[0]
+
+
+def write_session_tables(
+    root: StorePath | str,
+    table: str,
+    sessions: list[tuple[str, list[dict]]],
+    filename: str,
+    *,
+    builder: str | None = None,
+) -> list[StorePath]:
+    """write_session_table for several sessions `(session id, rows)`, their files made durable together
+    (one sync for the batch on the local disk). Every row is checked before any file is written."""
     if table not in ("rewards", "trajectories"):
         raise ValueError(f"write_session_table writes rewards or trajectories, not {table!r}")
+    files = [_session_file(store_path(root), table, sid, rows, filename, builder) for sid, rows in sessions]
+    write_parquet_atomic_many(files)
+    return [path for path, _ in files]
+
+
+def _session_file(root: StorePath, table: str, session_id: str, rows: list[dict], filename: str,
+                  builder: str | None) -> tuple[StorePath, pa.Table]:
+    """(the file's path, its checked rows as a table) for one session's partition."""
     sid = validate_session_id(session_id)
-    path = session_dir(store_path(root), table, sid, builder) / validate_filename(filename)
+    path = session_dir(root, table, sid, builder) / validate_filename(filename)
     fixed = {"session_id": sid, **({"builder": builder} if table == "trajectories" else {})}
     for row in rows:
         clash = {k: row[k] for k in fixed if row.get(k) not in (None, fixed[k])}
         if clash:
             raise ValueError(f"row {clash} does not belong to {fixed}")
-    write_parquet_atomic(path, rows_to_table(table, [{**row, **fixed} for row in rows]))
-    return path
+    return path, rows_to_table(table, [{**row, **fixed} for row in rows])

@@ -1,6 +1,7 @@
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from tracetap.store import location
 from tracetap.store.files import (
     StoreError,
     check_store,
@@ -8,6 +9,7 @@ from tracetap.store.files import (
     read_version,
     storage_schema,
     write_parquet_atomic,
+    write_parquet_atomic_many,
 )
 from tracetap.store.schema import SCHEMA_VERSION, SESSIONS
 from tracetap.store.tables import rows_to_table
@@ -34,6 +36,31 @@ def test_failed_write_leaves_neither_temp_nor_final_file(tmp_path):
     with pytest.raises(pa.ArrowException):
         write_parquet_atomic(tmp_path / "x.parquet", unwritable)
     assert list(tmp_path.iterdir()) == []
+
+
+def _sessions_table(count: int) -> pa.Table:
+    return rows_to_table("sessions", [{"session_id": "s1", "completions": count}])
+
+
+@pytest.mark.parametrize("syncfs", [True, False], ids=["syncfs", "fsync-each"])
+def test_a_batch_of_files_lands_whole_in_new_and_old_directories(tmp_path, monkeypatch, syncfs):
+    if not syncfs:  # a platform without syncfs(2): every file and directory is fsync'd on its own
+        monkeypatch.setattr(location, "_syncfs", lambda: None)
+    (tmp_path / "old").mkdir()
+    paths = [tmp_path / "old" / "x.parquet", tmp_path / "new" / "deep" / "y.parquet", tmp_path / "old" / "z.parquet"]
+    write_parquet_atomic_many([(path, _sessions_table(n)) for n, path in enumerate(paths)])
+    assert [pq.read_table(path).column("completions").to_pylist() for path in paths] == [[0], [1], [2]]
+    assert sorted(p.name for p in tmp_path.rglob("*") if p.is_file()) == ["x.parquet", "y.parquet", "z.parquet"]
+
+
+def test_a_failed_file_in_a_batch_leaves_no_temp_and_replaces_nothing(tmp_path):
+    write_parquet_atomic(tmp_path / "x.parquet", _sessions_table(1))
+    union = pa.UnionArray.from_dense(pa.array([0], pa.int8()), pa.array([0], pa.int32()), [pa.array([1])])
+    with pytest.raises(pa.ArrowException):
+        write_parquet_atomic_many([(tmp_path / "x.parquet", _sessions_table(2)),
+                                   (tmp_path / "y.parquet", pa.table({"u": union}))])
+    assert [p.name for p in tmp_path.iterdir()] == ["x.parquet"]
+    assert pq.read_table(tmp_path / "x.parquet").column("completions").to_pylist() == [1]
 
 
 def test_read_parquet_casts_to_the_store_schema_and_handles_no_files(tmp_path):

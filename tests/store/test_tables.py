@@ -1,7 +1,7 @@
 import pyarrow.parquet as pq
 import pytest
 from store_rows import snapshot
-from tracetap.store import write_session_table
+from tracetap.store import write_session_table, write_session_tables
 from tracetap.store.tables import rows_to_table
 
 
@@ -50,6 +50,16 @@ def test_bad_input_writes_nothing(tmp_path, table, sid, rows, filename, builder,
     with pytest.raises(ValueError, match=error):
         write_session_table(tmp_path, table, sid, rows, filename, builder=builder)
     assert snapshot(tmp_path) == {}
+
+
+def test_a_batch_of_sessions_is_checked_whole_before_any_file_is_written(tmp_path):
+    good, bad = ("s1", [{"trace_index": 0}]), ("s2", [{"trace_index": "first"}])
+    with pytest.raises(ValueError, match="column trace_index"):
+        write_session_tables(tmp_path, "trajectories", [good, bad], "p.parquet", builder="b")
+    assert snapshot(tmp_path) == {}
+    paths = write_session_tables(tmp_path, "trajectories", [good, ("s2", [])], "p.parquet", builder="b")
+    assert [pq.read_table(path).num_rows for path in paths] == [1, 0]
+    assert paths[1] == tmp_path / "trajectories" / "builder=b" / "session_id=s2" / "p.parquet"
 
 
 def test_rows_to_table_fills_missing_columns_with_null():
