@@ -17,7 +17,9 @@ being written can never be skipped.
 
 One race remains for readers: a query that listed the directory just before the deletes may fail
 to open a deleted file. Deletes go in seq order, oldest part first, and every reader follows
-store/reading.py, which re-runs such a read from a fresh listing that shows the new part.
+store/reading.py, which re-runs such a read from a fresh listing that shows the new part. A writer
+(the gateway) deletes superseded files only after a grace period (store/retirement.py), so a read
+that overlaps its compactions need not lose that race again and again.
 """
 
 from __future__ import annotations
@@ -80,7 +82,11 @@ def _locked(directory: StorePath) -> Iterator[None]:
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
-def _remove(paths: Sequence[str | StorePath], directory: StorePath) -> None:
+Remover = Callable[[Sequence[str | StorePath], StorePath], None]  # (files, their directory): delete them
+
+
+def remove_now(paths: Sequence[str | StorePath], directory: StorePath) -> None:
+    """Delete at once (a writer serving calls defers it instead: store/retirement.py)."""
     for path in paths:
         remove(path)
     if paths:
@@ -113,14 +119,15 @@ def _merge(directory: StorePath, inputs: list[str], logged: pa.Table, covered: i
     return table
 
 
-def compact_dir(directory: StorePath) -> int:
-    """Compact one session directory and its log rows; returns how many rows were merged. On an object
-    store another gateway's compaction of the session may delete an input first: then it runs again
-    from a fresh listing (locally the lock rules that out)."""
-    return retrying(lambda: _compact(directory))
+def compact_dir(directory: StorePath, remover: Remover = remove_now) -> int:
+    """Compact one session directory and its log rows; returns how many rows were merged. `remover`
+    deletes the files the new part supersedes. On an object store another gateway's compaction of the
+    session may delete an input first: then it runs again from a fresh listing (locally the lock rules
+    that out)."""
+    return retrying(lambda: _compact(directory, remover))
 
 
-def _compact(directory: StorePath) -> int:
+def _compact(directory: StorePath, remover: Remover) -> int:
     logged = _logged(directory)  # rows appended after this read have higher seqs: left for next time
     if not logged.num_rows and not is_dir(directory):
         return 0
@@ -139,7 +146,7 @@ def _compact(directory: StorePath) -> int:
             merged = _merge(directory, inputs, logged.filter((seqs >= start) & (seqs < end)), end)
             write_parquet_atomic(directory / part_name(end), merged, PART_COMPRESSION)
             superseded += inputs
-        _remove(superseded + _stale_temps(directory), directory)
+        remover(superseded + _stale_temps(directory), directory)
     return end - start
 
 
@@ -155,13 +162,13 @@ def rewrite_dir(directory: StorePath, rewrite: Callable[[pa.Table], pa.Table]) -
         table = rewrite(_merge(directory, files, logged.filter(pc.field("seq") >= head), covered))
         write_parquet_atomic(directory / part_name(covered), table, PART_COMPRESSION)
         old = [path for path in data_files(directory) if os.path.basename(path) != part_name(covered)]
-        _remove(old + _stale_temps(directory), directory)
+        remove_now(old + _stale_temps(directory), directory)
     return table.num_rows
 
 
-def compact_session(root: StorePath | str, sid: str) -> int:
+def compact_session(root: StorePath | str, sid: str, remover: Remover = remove_now) -> int:
     """Compact one session's completions; returns how many rows were merged."""
-    return compact_dir(session_dir(store_path(root), "completions", validate_session_id(sid)))
+    return compact_dir(session_dir(store_path(root), "completions", validate_session_id(sid)), remover)
 
 
 def recorded_sessions(root: StorePath | str) -> list[str]:

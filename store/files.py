@@ -73,6 +73,17 @@ def read_parquet(paths: Sequence[str | StorePath], schema: pa.Schema, columns: l
 
 
 def _read_one(path: str | StorePath, target: pa.Schema) -> pa.Table:
+    """One file as `target`; a damaged file is a StoreError naming it (a vanished one stays a
+    FileNotFoundError, which readers retry from a fresh listing)."""
+    try:
+        return _read_file(path, target)
+    except FileNotFoundError:
+        raise
+    except (OSError, pa.ArrowException) as error:
+        raise StoreError(f"{path} is not a readable Parquet file: {error}") from None
+
+
+def _read_file(path: str | StorePath, target: pa.Schema) -> pa.Table:
     """A file that already stores the wanted columns with the store's types is read directly, on this
     thread (~1 ms a file cheaper than pq.read_table's dataset layer); an older layout is filled and cast."""
     source = parquet_source(path)

@@ -6,9 +6,10 @@ is durable; then the session's one-row summary is rewritten. The line holds the 
 (store/compact_form.py: only what is new since the session's earlier calls); each cached session keeps
 the encoder's History (at most 1 MiB of chain tips and 128 KiB of chunk keys; a session dropped from
 the cache starts a fresh one). Compaction moves the log rows into part files (on close_session,
-compact_idle and eviction) and segments whose rows parts cover are deleted. A writer opening the store
-recovers the log a dead one left: its whole rows are compacted, torn tails dropped. Session state lives
-in memory after its first touch, so a write never re-reads the store.
+compact_idle and eviction) and segments whose rows parts cover are deleted (a grace period later, as
+every file a compaction supersedes: store/retirement.py, so reads that listed it can still open it). A
+writer opening the store recovers the log a dead one left: its whole rows are compacted, torn tails
+dropped. Session state lives in memory after its first touch, so a write never re-reads the store.
 Writes to one session are serialized: a session has at most one line in flight (seqs hit the disk in
 order, which compaction relies on, and a failed write gives its seq back without a gap); different
 sessions write in parallel. The gateway records from its event loop (`record_completion_async`): the row
@@ -52,7 +53,7 @@ from tracetap.store.commit_log import SEGMENT_BYTES, CommitLog
 from tracetap.store.compact_form import History, encode_row
 from tracetap.store.files import StoreError, read_parquet, read_version, write_parquet_atomic, write_text_atomic
 from tracetap.store.flusher import Flusher
-from tracetap.store.location import ObjectPath, StorePath, ensure_dir, exists, fsync_dir, remove, store_path
+from tracetap.store.location import ObjectPath, StorePath, ensure_dir, exists, store_path
 from tracetap.store.log_reading import logged_sessions, segment_sessions
 from tracetap.store.paths import (
     LOG_DIR,
@@ -65,6 +66,7 @@ from tracetap.store.paths import (
     validate_session_id,
 )
 from tracetap.store.reading import read_session
+from tracetap.store.retirement import GRACE_SECONDS, Retirement
 from tracetap.store.schema import (
     COMPLETION_STATUSES,
     COMPLETIONS,
@@ -235,7 +237,7 @@ class StoreWriter:
     store URL: see store/location.py and store/commit_log.py for what changes there)."""
 
     def __init__(self, root: StorePath | str, max_sessions: int = MAX_SESSIONS,
-                 segment_bytes: int = SEGMENT_BYTES) -> None:
+                 segment_bytes: int = SEGMENT_BYTES, retire_after: float = GRACE_SECONDS) -> None:
         self.root = store_path(root)
         self.max_sessions = max_sessions
         self._lock = threading.Lock()
@@ -247,6 +249,7 @@ class StoreWriter:
         self._wakers: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _LoopWaker] = weakref.WeakKeyDictionary()
         self._uncovered: dict[StorePath, dict[str, int]] = {}  # retired segment -> {session: highest seq} not in parts
         self._flusher = Flusher(self._save_deferred, delay=SESSION_SAVE_DELAY)
+        self._retirement = Retirement(retire_after)  # superseded files outlive reads that listed them
         self._recover()
         self._reconcile()
 
@@ -278,16 +281,17 @@ class StoreWriter:
         """Move the rows a dead writer's log holds into parts and drop its segments (a torn tail is
         no row); rows past a gap, which a correct writer never leaves, stay visible in the log."""
         logged = sorted(logged_sessions(self.root))
-        for sid in logged:
+        for sid in logged:  # before any call is served: what recovery supersedes goes at once
             compaction.compact_session(self.root, sid)
-        self._drop_covered(logged)
+        self._drop_covered(logged, compaction.remove_now)
 
-    def _drop_covered(self, compacted: Collection[str]) -> None:
-        """Delete the retired log segments whose every row is in a part file. A segment seen retired
-        for the first time has all its sessions checked; after that, only the `compacted` ones."""
+    def _drop_covered(self, compacted: Collection[str], remover: compaction.Remover | None = None) -> None:
+        """Delete the retired log segments whose every row is in a part file (through `remover`, by
+        default after the grace period). A segment seen retired for the first time has all its sessions
+        checked; after that, only the `compacted` ones."""
         with self._segments_lock:
             fresh = {path: _segment_sessions(path) for path in log_segments(self.root)
-                     if path not in self._uncovered and self._log.retired(path)}
+                     if path not in self._uncovered and self._log.retired(path) and not self._retirement.waiting(path)}
             for sessions in fresh.values():
                 self._forget_covered(sessions, list(sessions))
             for sessions in self._uncovered.values():
@@ -295,10 +299,9 @@ class StoreWriter:
             self._uncovered.update(fresh)
             dropped = [path for path, sessions in self._uncovered.items() if not sessions]
             for path in dropped:
-                remove(path)
                 del self._uncovered[path]
             if dropped:
-                fsync_dir(self.root / LOG_DIR)
+                (remover or self._retirement.later)(dropped, self.root / LOG_DIR)
 
     def _forget_covered(self, sessions: dict[str, int], check: list[str]) -> None:
         """Remove from `sessions` ({session: highest seq in a segment}) those of `check` parts now cover."""
@@ -330,6 +333,7 @@ class StoreWriter:
         """Write pending session rows and release the store (sessions stay open, nothing is lost)."""
         self._flusher.close()
         self._log.close()
+        self._retirement.close()
         self._closed = True
         if self._owner is not None:
             self._owner.close()
@@ -470,7 +474,7 @@ class StoreWriter:
     def close_session(self, sid: str) -> dict:
         """Compact the session's files and mark it closed; returns the session row."""
         with self._locked(validate_session_id(sid)) as state:
-            compaction.compact_dir(state.directory)
+            compaction.compact_dir(state.directory, self._retirement.later)
             state.row.update(status="closed", ended_at=datetime.now(UTC))
             state.version += 1
             state.dirty = False
@@ -486,7 +490,7 @@ class StoreWriter:
             with state.lock:
                 idle = time.monotonic() - state.last_write >= idle_seconds
                 if state.dirty and idle and state.in_flight is None:
-                    compaction.compact_dir(state.directory)
+                    compaction.compact_dir(state.directory, self._retirement.later)
                     state.dirty = False
                     done.append(sid)
         if done:
@@ -534,7 +538,7 @@ class StoreWriter:
             if state.version != state.saved or state.in_flight is not None:
                 return False
             if state.dirty:
-                compaction.compact_dir(state.directory)
+                compaction.compact_dir(state.directory, self._retirement.later)
                 state.dirty, compacted = False, True
             with self._lock:
                 sid = state.row["session_id"]

@@ -8,6 +8,7 @@ import pytest
 from click.testing import CliRunner
 from toychat import Conversation
 from tracestore import read_traces, write_store
+from tracetap.store import compact_store
 
 from tracetap.cli import cli
 
@@ -62,6 +63,15 @@ def test_json_summary_of_per_request(store):
 ])
 def test_bad_input_exits_non_zero_with_a_clear_message(store, args, code, message):
     assert message in run("--store", str(store), *args, code=code).output
+
+
+@pytest.mark.parametrize("workers", ["1", "2"])
+def test_a_damaged_session_file_is_a_clear_error(store, workers):
+    compact_store(store)  # the session's rows in a part file, not the group-commit log
+    part = next((store / "completions" / "session_id=b").glob("*.parquet"))
+    part.write_bytes(b"not parquet")
+    result = run("--store", str(store), "--builder", "per_request", "--workers", workers, code=1)
+    assert f"{part} is not a readable Parquet file" in result.output and "Traceback" not in result.output
 
 
 def test_a_missing_store_is_an_error(tmp_path):

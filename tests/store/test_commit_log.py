@@ -106,7 +106,7 @@ def test_a_whole_last_line_without_its_newline_is_a_row(root):
 
 
 def test_segments_rotate_and_go_once_parts_cover_them(root):
-    with StoreWriter(root, segment_bytes=2000) as writer:
+    with StoreWriter(root, segment_bytes=2000, retire_after=0) as writer:
         for _ in range(10):
             writer.record_completion(completion("kept-open"))
             writer.record_completion(completion("closed"))
@@ -120,6 +120,25 @@ def test_segments_rotate_and_go_once_parts_cover_them(root):
         assert set(log_segments(root)) >= set(remaining)
     rows = connect(root).sql("SELECT session_id, count(*) FROM completions GROUP BY ALL ORDER BY 1").fetchall()
     assert rows == [("closed", 10), ("kept-open", 11)]
+
+
+def test_what_compaction_supersedes_outlives_its_grace_hidden_and_goes_on_close(root):
+    writer = StoreWriter(root, segment_bytes=2000, retire_after=60)
+    for _ in range(6):
+        writer.record_completion(completion("s1"))
+    segments = set(map(str, log_segments(root)))
+    assert len(segments) > 1
+    writer.close_session("s1")
+    writer.record_completion(completion("s1"))
+    writer.close_session("s1")  # part-7 supersedes part-6: both parts, and the segments, wait out the grace
+    directory = session_dir(root, "completions", "s1")
+    assert sorted(p.name for p in directory.glob("*.parquet")) == ["part-6.parquet", "part-7.parquet"]
+    assert segments <= {str(p) for p in (root / "log").iterdir()}
+    assert connect(root).sql("SELECT count(*), count(DISTINCT seq) FROM completions").fetchall() == [(7, 7)]
+    assert len(read_session(directory)) == 7  # readers see the new part only
+    writer.close()
+    assert [p.name for p in directory.glob("*.parquet")] == ["part-7.parquet"]
+    assert segments - {str(p) for p in (root / "log").iterdir()}  # the retired ones are gone
 
 
 def test_concurrent_calls_share_batches_and_keep_session_order(root):

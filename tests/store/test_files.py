@@ -63,6 +63,18 @@ def test_a_failed_file_in_a_batch_leaves_no_temp_and_replaces_nothing(tmp_path):
     assert pq.read_table(tmp_path / "x.parquet").column("completions").to_pylist() == [1]
 
 
+@pytest.mark.parametrize("damage", [lambda data: data[: len(data) // 2] + b"x" * 10 + data[-8:],
+                                    lambda data: b"not parquet"], ids=["footer", "magic"])
+def test_a_damaged_file_is_a_store_error_naming_it(tmp_path, damage):
+    path = tmp_path / "x.parquet"
+    write_parquet_atomic(path, _sessions_table(1))
+    path.write_bytes(damage(path.read_bytes()))
+    with pytest.raises(StoreError, match=f"{path} is not a readable Parquet file"):
+        read_parquet([path], SESSIONS)
+    with pytest.raises(FileNotFoundError):  # a vanished file stays what readers retry on
+        read_parquet([tmp_path / "gone.parquet"], SESSIONS)
+
+
 def test_read_parquet_casts_to_the_store_schema_and_handles_no_files(tmp_path):
     assert read_parquet([], SESSIONS).schema == storage_schema(SESSIONS)
     path = tmp_path / "s.parquet"

@@ -1,7 +1,10 @@
 """Readers against a store that a writer appends to and compacts continuously (store/reading.py).
 
 Every read must succeed and show each completion once: all rows acknowledged before the read started,
-none that no call wrote (a call under way may or may not show), no row twice.
+none that no call wrote (a call under way may or may not show), no row twice. The writer deletes what
+compaction supersedes a grace period later, as the gateway's does (store/retirement.py); the Python
+readers also run against one that deletes at once, the worst case their retry must absorb (a SQL
+statement opens every listed file, so there it could lose the race on every attempt).
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from tracetap.store import StoreReader, StoreWriter, connect, scan
 from tracetap.store.log_reading import log_rows
 from tracetap.store.paths import session_dir
 from tracetap.store.reading import retrying
+from tracetap.store.retirement import GRACE_SECONDS
 from tracetap.store.snapshot import session_files
 
 SESSIONS = [f"r{i}" for i in range(4)]
@@ -35,8 +39,8 @@ class Churn:
     """A writer thread: append BATCH calls to every session, compact them all, repeat until stopped.
     Its log segments rotate every few calls, so compaction also deletes segments under the readers."""
 
-    def __init__(self, root: Path) -> None:
-        self.writer = StoreWriter(root, segment_bytes=SEGMENT_BYTES)
+    def __init__(self, root: Path, retire_after: float = GRACE_SECONDS) -> None:
+        self.writer = StoreWriter(root, segment_bytes=SEGMENT_BYTES, retire_after=retire_after)
         self.acked: list[Key] = []
         self.started: list[Key] = []  # calls under way: a reader may see them before they are acknowledged
         self.compactions = 0
@@ -86,9 +90,13 @@ class Churn:
 
 
 @pytest.fixture
-def churn(root: Path) -> Iterator[Churn]:
-    with Churn(root) as running:
+def churn(root: Path, request: pytest.FixtureRequest) -> Iterator[Churn]:
+    """The churning writer; `DELETING` as its param: one whose compactions delete at once, under the readers."""
+    with Churn(root, getattr(request, "param", GRACE_SECONDS)) as running:
         yield running
+
+
+DELETING = pytest.mark.parametrize("churn", [0.0], indirect=True, ids=["deleting-at-once"])
 
 
 def check_reads(churn: Churn, read: Callable[[], list[Key]], times: int = READS) -> None:
@@ -120,6 +128,7 @@ def test_sql_relations_are_read_under_compaction(root, churn):
     check_reads(churn, read)
 
 
+@DELETING
 def test_a_lazy_scan_lists_its_files_when_collected(root, churn):
     frame = scan(root, "completions").select("session_id", "seq")  # built once, collected many times
     check_reads(churn, lambda: list(frame.collect().iter_rows()))
@@ -131,6 +140,7 @@ def test_scan_pushes_filters_and_projections_through(root, churn):
     assert scan(root, "completions").head(3).collect().height == 3
 
 
+@DELETING
 def test_builder_reads_never_fail_under_compaction(root, churn):
     def read() -> list[Key]:
         return [(sid, int(row["seq"])) for sid in SESSIONS for row in load_session(root, sid)[0]]
@@ -140,6 +150,7 @@ def test_builder_reads_never_fail_under_compaction(root, churn):
         assert build(root, "per_request").sessions == len(SESSIONS)
 
 
+@DELETING
 def test_the_reader_api_never_fails_under_compaction(root, churn):
     reader = StoreReader(root)
 
@@ -158,6 +169,7 @@ def test_a_connection_for_some_sessions_reads_them_under_compaction(root, churn)
                                 con.execute("SELECT session_id, seq FROM completions").fetchall()])
 
 
+@DELETING
 def test_listing_files_never_misses_or_repeats_rows(root, churn):
     def seqs(sid: str) -> list[int]:
         logged = log_rows(root, sid, ["seq"]).column("seq").to_pylist()  # first, as readers do

@@ -1,0 +1,90 @@
+"""Files a writer's compaction superseded, deleted a grace period later instead of at once.
+
+A reader lists a session's files, then opens them; a delete in between fails its read, which starts
+over from a fresh listing (store/reading.py). Under a writer that compacts often, a long read (a SQL
+statement over many sessions opens every listed file) could lose that race on every attempt. The
+visibility rule (store/snapshot.py) hides superseded files as soon as the new part is renamed in, so
+keeping them a while costs only disk: a read that listed them before the switch can still open them for
+`grace` seconds. The writer's close deletes whatever is still waiting.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Sequence
+
+from tracetap.store.location import StorePath, fsync_dir, remove
+
+GRACE_SECONDS = 30.0
+
+log = logging.getLogger(__name__)
+
+
+class Retirement:
+    """Deletes files `grace` seconds after `later` is told about them, on a thread of its own."""
+
+    def __init__(self, grace: float = GRACE_SECONDS) -> None:
+        self.grace = grace
+        self._due: dict[str, tuple[float, StorePath]] = {}  # path -> (when, its directory), first deadline kept
+        self._closed = False
+        self._cond = threading.Condition()
+        self._thread: threading.Thread | None = None
+
+    def later(self, paths: Sequence[str | StorePath], directory: StorePath) -> None:
+        """Delete `paths` (files of `directory`) once the grace period is over; at once when closed."""
+        if self.grace <= 0 or self._closed:
+            _delete([(str(path), directory) for path in paths])
+            return
+        when = time.monotonic() + self.grace
+        with self._cond:
+            for path in paths:
+                self._due.setdefault(str(path), (when, directory))
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="tracetap-retirement", daemon=True)
+                self._thread.start()
+            self._cond.notify_all()
+
+    def waiting(self, path: str | StorePath) -> bool:
+        """Whether `path` is retired already and only waits out its grace."""
+        with self._cond:
+            return str(path) in self._due
+
+    def close(self) -> None:
+        """Delete every file still waiting, now, and stop the thread."""
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+            thread = self._thread
+        if thread is not None:
+            thread.join()
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while not self._closed and (wait := self._next_due() - time.monotonic()) > 0:
+                    self._cond.wait(None if wait == float("inf") else wait)
+                now = time.monotonic()
+                due = [(path, directory) for path, (when, directory) in self._due.items()
+                       if self._closed or when <= now]
+                for path, _ in due:
+                    del self._due[path]
+                closed = self._closed
+            _delete(due)
+            if closed:
+                return
+
+    def _next_due(self) -> float:
+        return min((when for when, _ in self._due.values()), default=float("inf"))
+
+
+def _delete(files: list[tuple[str, StorePath]]) -> None:
+    """Delete the files (one already gone is no error), then make each directory's loss durable."""
+    for path, _ in files:
+        try:
+            remove(path)
+        except OSError:  # a later compaction lists it again and retries
+            log.exception("could not delete %s", path)
+    for directory in dict.fromkeys(directory for _, directory in files):
+        fsync_dir(directory)
