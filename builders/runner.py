@@ -7,10 +7,9 @@ default_workers). Workers are spawned, so a script calling `build` with workers 
 `if __name__ == "__main__":` guard. Otherwise a batch or two are built at a time in this process
 (BUILD_THREADS): one thread's Parquet decoding and fsyncs (which release the GIL) overlap another's
 routing. A batch's trace files are made durable together (one sync, store.write_session_tables).
-Results are taken in session order. Token
-columns are handed to the builders as numpy views over the Arrow buffers (no per-token Python
-objects), prompts in the compact form capture stored (a reference and a suffix), so no prompt is
-read whole unless a builder needs it. Each session's traces replace
+Results are taken in session order. Token columns are handed to the builders as numpy views over
+the Arrow buffers (no per-token Python objects), prompts in the compact form capture stored (a
+reference and a suffix), so no prompt is read whole unless a builder needs it. Each session's traces replace
 `trajectories/builder=<name>/session_id=<sid>/part-0.parquet` atomically; a session with no trace
 gets an empty file, so a rebuild never leaves stale traces.
 """

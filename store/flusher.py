@@ -7,9 +7,10 @@ on the next load if a crash loses one), so rewriting them need not sit on the ga
 from __future__ import annotations
 
 import logging
-import threading
 from collections.abc import Callable, Hashable
 from typing import Generic, TypeVar
+
+from tracetap.store.background import BackgroundThread
 
 log = logging.getLogger(__name__)
 
@@ -17,20 +18,18 @@ log = logging.getLogger(__name__)
 K = TypeVar("K", bound=Hashable)
 
 
-class Flusher(Generic[K]):
-    """Calls `save(key)` soon after `submit(key)`; many submits of one key before it runs make one save."""
+class Flusher(BackgroundThread, Generic[K]):
+    """Calls `save(key)` soon after `submit(key)`; many submits of one key before it runs make one save.
+    `close()` runs what is pending, then stops the thread."""
 
     def __init__(self, save: Callable[[K], None], name: str = "tracetap-flusher",
                  delay: float = 0.0) -> None:
+        super().__init__(name)
         self._save = save
-        self._name = name
         self._delay = delay  # how long a batch waits for more submits before it runs
         self._pending: dict[K, None] = {}
         self._busy = False
         self._urgent = False
-        self._closed = False
-        self._cond = threading.Condition()
-        self._thread: threading.Thread | None = None
 
     def submit(self, key: K) -> None:
         """Schedule `save(key)`; after close() it runs right here instead."""
@@ -38,9 +37,8 @@ class Flusher(Generic[K]):
             closed, idle = self._closed, not self._pending
             if not closed:
                 self._pending[key] = None
-            if not closed and self._thread is None:
-                self._thread = threading.Thread(target=self._run, name=self._name, daemon=True)
-                self._thread.start()
+            if not closed:
+                self._start()
             if idle:  # a thread waiting out the delay needs no wake-up per submit (each costs a GIL hand-off)
                 self._cond.notify_all()
         if closed:
@@ -52,15 +50,6 @@ class Flusher(Generic[K]):
             self._urgent = True
             self._cond.notify_all()
             self._cond.wait_for(lambda: not self._pending and not self._busy)
-
-    def close(self) -> None:
-        """Run what is pending, then stop the thread."""
-        with self._cond:
-            self._closed = True
-            self._cond.notify_all()
-            thread = self._thread
-        if thread is not None:
-            thread.join()
 
     def _run(self) -> None:
         while True:

@@ -11,10 +11,10 @@ keeping them a while costs only disk: a read that listed them before the switch 
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from collections.abc import Sequence
 
+from tracetap.store.background import BackgroundThread
 from tracetap.store.location import StorePath, fsync_dir, remove
 
 GRACE_SECONDS = 30.0
@@ -22,43 +22,32 @@ GRACE_SECONDS = 30.0
 log = logging.getLogger(__name__)
 
 
-class Retirement:
-    """Deletes files `grace` seconds after `later` is told about them, on a thread of its own."""
+class Retirement(BackgroundThread):
+    """Deletes files `grace` seconds after `later` is told about them, on a thread of its own; `close()`
+    deletes every file still waiting, now."""
 
     def __init__(self, grace: float = GRACE_SECONDS) -> None:
+        super().__init__("tracetap-retirement")
         self.grace = grace
         self._due: dict[str, tuple[float, StorePath]] = {}  # path -> (when, its directory), first deadline kept
-        self._closed = False
-        self._cond = threading.Condition()
-        self._thread: threading.Thread | None = None
 
     def later(self, paths: Sequence[str | StorePath], directory: StorePath) -> None:
         """Delete `paths` (files of `directory`) once the grace period is over; at once when closed."""
-        if self.grace <= 0 or self._closed:
-            _delete([(str(path), directory) for path in paths])
-            return
         when = time.monotonic() + self.grace
         with self._cond:
-            for path in paths:
-                self._due.setdefault(str(path), (when, directory))
-            if self._thread is None:
-                self._thread = threading.Thread(target=self._run, name="tracetap-retirement", daemon=True)
-                self._thread.start()
-            self._cond.notify_all()
+            deferred = self.grace > 0 and not self._closed
+            if deferred:
+                for path in paths:
+                    self._due.setdefault(str(path), (when, directory))
+                self._start()
+                self._cond.notify_all()
+        if not deferred:
+            _delete([(str(path), directory) for path in paths])
 
     def waiting(self, path: str | StorePath) -> bool:
         """Whether `path` is retired already and only waits out its grace."""
         with self._cond:
             return str(path) in self._due
-
-    def close(self) -> None:
-        """Delete every file still waiting, now, and stop the thread."""
-        with self._cond:
-            self._closed = True
-            self._cond.notify_all()
-            thread = self._thread
-        if thread is not None:
-            thread.join()
 
     def _run(self) -> None:
         while True:
