@@ -75,6 +75,15 @@ def test_sql_error_exits_non_zero_with_the_message(store):
     assert "nope" in result.stderr
 
 
+def test_a_damaged_file_exits_non_zero_with_the_message(store):
+    with StoreWriter(store) as writer:
+        writer.close_session("run-2")  # its rows in a part file
+    part = next(session_dir(store, "completions", "run-2").glob("part-*.parquet"))
+    part.write_bytes(b"not parquet")
+    result = run("sql", "--store", str(store), "SELECT count(*) FROM completions", code=1)
+    assert "part-" in result.stderr and "Traceback" not in result.output
+
+
 def test_sql_shell_reads_statements_from_stdin(store):
     script = "SELECT count(*) AS n\nFROM completions;\nSELECT 'a;b' AS s;\nSELECT 42 AS last\n"
     out = run("sql", "--store", str(store), "--json", input=script).stdout

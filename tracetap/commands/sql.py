@@ -73,7 +73,12 @@ def command(store: Path, sql: str | None, json_: bool) -> None:
 
     Example: tracetap sql --store ./store "SELECT session_id, count(*) FROM completions GROUP BY 1"
     """
-    con = connect(store, decode=decode)
+    import duckdb
+
+    try:
+        con = connect(store, decode=decode)
+    except duckdb.Error as error:  # the views could not be made (a damaged file, say)
+        raise click.ClickException(str(error)) from None
     if sql is None:
         _shell(con, json_)
     else:
