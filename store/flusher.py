@@ -37,7 +37,6 @@ class Flusher(BackgroundThread, Generic[K]):
             closed, idle = self._closed, not self._pending
             if not closed:
                 self._pending[key] = None
-            if not closed:
                 self._start()
             if idle:  # a thread waiting out the delay needs no wake-up per submit (each costs a GIL hand-off)
                 self._cond.notify_all()

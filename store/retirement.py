@@ -15,7 +15,8 @@ import time
 from collections.abc import Sequence
 
 from tracetap.store.background import BackgroundThread
-from tracetap.store.location import StorePath, fsync_dir, remove
+from tracetap.store.compaction import remove_now
+from tracetap.store.location import StorePath
 
 GRACE_SECONDS = 30.0
 
@@ -69,11 +70,12 @@ class Retirement(BackgroundThread):
 
 
 def _delete(files: list[tuple[str, StorePath]]) -> None:
-    """Delete the files (one already gone is no error), then make each directory's loss durable."""
-    for path, _ in files:
+    """Delete the files, a directory at a time (compaction.remove_now: then that directory is synced)."""
+    by_directory: dict[StorePath, list[str]] = {}
+    for path, directory in files:
+        by_directory.setdefault(directory, []).append(path)
+    for directory, paths in by_directory.items():
         try:
-            remove(path)
-        except OSError:  # a later compaction lists it again and retries
-            log.exception("could not delete %s", path)
-    for directory in dict.fromkeys(directory for _, directory in files):
-        fsync_dir(directory)
+            remove_now(paths, directory)
+        except OSError:  # what is left is still superseded: a later compaction hands it over again
+            log.exception("could not delete superseded files in %s", directory)
