@@ -3,7 +3,7 @@
 Each StoreWriter owns one log under `log/`, named by a random writer id: segments
 `<writer-id>-<n:06d>.jsonl`, one completions row (its storage form) per line. A caller hands `submit`
 its row; a committer thread takes every row queued since its last write, checks them against the
-schema in one Arrow conversion (one row at a time costs ~10x more: the conversion's setup dominates),
+schema in one check (store/tables.py: one Arrow conversion per list column, plain checks for scalars),
 encodes them, appends the lines with one write and one fdatasync (a new segment also fsyncs the
 directory, so its name survives a crash), then tells each row's caller, through the callback it was
 queued with, that its line is durable, or why not. A row that does not fit the schema never reaches
@@ -40,7 +40,7 @@ from tracetap.store.files import StoreError
 from tracetap.store.location import ObjectPath, StorePath, ensure_dir, fsync_dir, write_atomic
 from tracetap.store.paths import segment_name
 from tracetap.store.schema import STORED_COMPLETIONS
-from tracetap.store.tables import rows_to_table
+from tracetap.store.tables import check_rows
 
 END_MARK = b',"_end":1}'
 SEGMENT_BYTES = 64 << 20  # a segment past this size is closed and a new one started
@@ -79,18 +79,22 @@ class _Pending:
 def _lines(rows: list[dict]) -> list[bytes | ValueError]:
     """Each row's log line, or why it does not fit the schema."""
     try:
-        rows_to_table("completions", rows)
+        check_rows("completions", rows)
         return [encode_line(row) for row in rows]
-    except ValueError:
+    except (ValueError, TypeError, RecursionError):
         return [_line_or_misfit(row) for row in rows]
 
 
 def _line_or_misfit(row: dict) -> bytes | ValueError:
+    """Whatever a row holds, an error for it and never for the committer: a dead committer would leave
+    every later call waiting."""
     try:
-        rows_to_table("completions", [row])
+        check_rows("completions", [row])
         return encode_line(row)
     except ValueError as misfit:
         return misfit
+    except (TypeError, RecursionError) as misfit:
+        return ValueError(f"completions row cannot be logged: {misfit}")
 
 
 class CommitLog:

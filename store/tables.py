@@ -7,6 +7,9 @@ anything touches the disk.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from datetime import datetime
+
 import pyarrow as pa
 from tracetap.store.files import storage_schema, write_parquet_atomic_many
 from tracetap.store.location import StorePath, store_path
@@ -22,6 +25,33 @@ _REQUIRED = {name: [f.name for f in schema if not f.nullable] for name, schema i
 def rows_to_table(table: str, rows: list[dict]) -> pa.Table:
     """Rows (missing columns null) as an Arrow table of `table`'s stored schema (completions: compact
     columns included); unknown columns are an error."""
+    _check_names(table, rows)
+    try:  # one struct conversion: ~4x cheaper than Table.from_pylist for the gateway's one-row checks
+        return pa.Table.from_struct_array(pa.array(rows, type=_ROW[table]))
+    except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError) as error:
+        check_rows(table, rows)  # names the column that does not fit
+        raise ValueError(f"{table} rows do not fit the schema: {error}") from None
+
+
+def check_rows(table: str, rows: list[dict]) -> None:
+    """Raises ValueError unless rows_to_table(table, rows) would succeed, without building the table.
+
+    Scalars are checked in Python where a plain check settles it (the commit log checks every row, and
+    Arrow's conversion costs ~2 us per column even for one row); lists, structs and whatever a plain
+    check cannot vouch for go through Arrow, one conversion per column."""
+    _check_names(table, rows)
+    checks = _CHECKS[table]
+    unsettled = dict.fromkeys(name for row in rows for name, value in row.items()  # ordered: one row names one column
+                              if value is not None and not ((fits := checks[name][1]) is not None and fits(value)))
+    for name in unsettled:
+        field = checks[name][0]
+        try:
+            pa.array([row.get(name) for row in rows], field.type)
+        except (ValueError, TypeError, OverflowError) as error:
+            raise ValueError(f"{table} rows do not fit the schema: column {name} ({field.type}): {error}") from None
+
+
+def _check_names(table: str, rows: list[dict]) -> None:
     for row in rows:
         unknown = row.keys() - _NAMES[table]
         if unknown:
@@ -29,20 +59,43 @@ def rows_to_table(table: str, rows: list[dict]) -> pa.Table:
     for name in _REQUIRED[table]:
         if any(row.get(name) is None for row in rows):
             raise ValueError(f"{table} column {name} must not be null")
-    try:  # one struct conversion: ~4x cheaper than Table.from_pylist for the gateway's one-row checks
-        return pa.Table.from_struct_array(pa.array(rows, type=_ROW[table]))
-    except (pa.ArrowInvalid, pa.ArrowTypeError) as error:
-        raise ValueError(f"{table} rows do not fit the schema: {_misfit(rows, table) or error}") from None
 
 
-def _misfit(rows: list[dict], table: str) -> str | None:
-    """Which column made the conversion fail, for an error message worth reading."""
-    for field in _STORAGE[table]:
-        try:
-            pa.array([row.get(field.name) for row in rows], field.type)
-        except (pa.ArrowInvalid, pa.ArrowTypeError) as error:
-            return f"column {field.name} ({field.type}): {error}"
+def _plain_check(type_: pa.DataType) -> Callable[[object], bool] | None:
+    """A check whose True means Arrow converts the value to `type_` (False leaves the verdict to Arrow);
+    None for the types only Arrow checks."""
+    if pa.types.is_string(type_):
+        return _is_text
+    if pa.types.is_integer(type_):
+        signed = pa.types.is_signed_integer(type_)
+        low, high = (-(1 << (type_.bit_width - 1)), (1 << (type_.bit_width - 1)) - 1) if signed else \
+            (0, (1 << type_.bit_width) - 1)
+        return lambda value: type(value) is int and low <= value <= high
+    if pa.types.is_floating(type_):
+        return lambda value: type(value) is float or (type(value) is int and -_EXACT <= value <= _EXACT)
+    if pa.types.is_boolean(type_):
+        return lambda value: type(value) is bool
+    if pa.types.is_timestamp(type_):
+        return lambda value: type(value) is datetime
     return None
+
+
+def _is_text(value: object) -> bool:
+    """A str Arrow can store: UTF-8 has no lone surrogates."""
+    if type(value) is not str:
+        return False
+    if value.isascii():
+        return True
+    try:
+        value.encode()
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+_EXACT = 1 << 53  # ints a double holds exactly
+_CHECKS = {name: {field.name: (field, _plain_check(field.type)) for field in schema}
+           for name, schema in _STORAGE.items()}
 
 
 def write_session_table(

@@ -53,7 +53,7 @@ from tracetap.store.commit_log import SEGMENT_BYTES, CommitLog
 from tracetap.store.compact_form import History, encode_row
 from tracetap.store.files import StoreError, read_parquet, read_version, write_parquet_atomic, write_text_atomic
 from tracetap.store.flusher import Flusher
-from tracetap.store.location import ObjectPath, StorePath, ensure_dir, exists, store_path
+from tracetap.store.location import ObjectPath, StorePath, ensure_dir, exists, is_dir, store_path
 from tracetap.store.log_reading import logged_sessions, segment_sessions
 from tracetap.store.paths import (
     LOG_DIR,
@@ -240,7 +240,8 @@ class StoreWriter:
                  segment_bytes: int = SEGMENT_BYTES, retire_after: float = GRACE_SECONDS) -> None:
         self.root = store_path(root)
         self.max_sessions = max_sessions
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # guards `_sessions`; never held across disk I/O
+        self._loading = threading.Lock()  # one session load at a time, so none is loaded twice
         self._sessions: OrderedDict[str, _Session] = OrderedDict()  # least recently used first
         self._closed = False
         self._owner = self._open_store()
@@ -252,6 +253,8 @@ class StoreWriter:
         self._retirement = Retirement(retire_after)  # superseded files outlive reads that listed them
         self._recover()
         self._reconcile()
+        local = not isinstance(self.root, ObjectPath)  # one writer: no other process adds sessions
+        self._left_in_log = frozenset(logged_sessions(self.root)) if local else None  # rows recovery kept
 
     @property
     def cached_sessions(self) -> int:
@@ -362,7 +365,8 @@ class StoreWriter:
         sid, completion_id = _checked(row)
         state, in_memory = self._ready(sid)
         if not in_memory:
-            await asyncio.to_thread(self._state, sid)  # loads it (the disk may be an object store)
+            if not self._start_new(sid):
+                await asyncio.to_thread(self._state, sid)  # loads it (the disk may be an object store)
             state, in_memory = self._ready(sid)
         if state is None:
             return await asyncio.to_thread(self.record_completion, row)
@@ -429,6 +433,26 @@ class StoreWriter:
             state.lock.release()
             return None, True
         return state, True
+
+    def _start_new(self, sid: str) -> bool:
+        """Put a session the store surely lacks in memory, right here on the event loop: no worker thread
+        and no wait behind other loads for a new session's first call (under a burst of new sessions
+        those waits were most of its latency). Surely lacks: a local store (this writer holds its lock),
+        no file of the session, none of its rows left in the log at open (everything this writer logged
+        for a session it dropped is in part files first). Costs two stats; False leaves it to `_state`,
+        also when the cache is full (evicting is no work for the loop) or another load is running."""
+        if self._left_in_log is None or sid in self._left_in_log or not self._loading.acquire(blocking=False):
+            return False
+        try:
+            directory, path = session_dir(self.root, "completions", sid), session_file(self.root, sid)
+            with self._lock:
+                room = not self._closed and sid not in self._sessions and len(self._sessions) < self.max_sessions
+            if not room or exists(path) or is_dir(directory):
+                return False
+            self._add(sid, _Session(directory, path, _new_row(sid), 0))
+            return True
+        finally:
+            self._loading.release()
 
     def has_session(self, sid: str) -> bool:
         """Whether the store knows the session: a recorded call (in the log or in its files), a
@@ -512,20 +536,39 @@ class StoreWriter:
                 flight.settled.wait()
 
     def _state(self, sid: str) -> _Session:
+        """The session's state, loaded when it is not in memory; callers check `evicted`, as another
+        thread may drop it as soon as this returns."""
+        state = self._cached(sid)
+        if state is None:
+            with self._loading:
+                state = self._cached(sid)
+                if state is None:
+                    state = self._add(sid, self._load(sid))
         with self._lock:
-            if self._closed:
-                raise StoreError(f"the writer of {self.root} is closed")
-            if sid not in self._sessions:
-                self._sessions[sid] = self._load(sid)
-                if self._sessions[sid].version:  # recounted: the row on disk was stale
-                    self._flusher.submit(sid)
-            self._sessions.move_to_end(sid)
-            state = self._sessions[sid]
+            if self._sessions.get(sid) is state:
+                self._sessions.move_to_end(sid)
             over = len(self._sessions) - self.max_sessions
             oldest = list(islice(self._sessions.values(), max(0, over)))
         compacted = [old.row["session_id"] for old in oldest if self._evict(old)]
         if compacted:
             self._drop_covered(compacted)
+        return state
+
+    def _cached(self, sid: str) -> _Session | None:
+        with self._lock:
+            if self._closed:
+                raise StoreError(f"the writer of {self.root} is closed")
+            return self._sessions.get(sid)
+
+    def _add(self, sid: str, state: _Session) -> _Session:
+        """A loaded session joins the cache. The load ran without the writer lock: meanwhile the event
+        loop's fast path (`_ready`) kept recording the other sessions instead of falling back to threads."""
+        with self._lock:
+            if self._closed:
+                raise StoreError(f"the writer of {self.root} is closed")
+            self._sessions[sid] = state
+        if state.version:  # recounted: the row on disk was stale
+            self._flusher.submit(sid)
         return state
 
     def _evict(self, state: _Session) -> bool:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import math
 import random
 import struct
@@ -199,12 +200,15 @@ def test_a_failed_write_leaves_no_line_of_its_batch_and_the_next_call_goes_on(ro
 
 
 
-def test_recovery_stops_at_a_gap_and_keeps_what_lies_past_it_visible(root):
+@pytest.mark.parametrize("from_loop", [False, True], ids=["thread", "event-loop"])
+def test_recovery_stops_at_a_gap_and_keeps_what_lies_past_it_visible(root, from_loop):
     StoreWriter(root).close()
     (root / "log").mkdir()
     (root / "log" / "0dead-000000.jsonl").write_bytes(logged_line(0) + logged_line(2))  # seq 1 never written
     with StoreWriter(root) as writer:
         assert [p.name for p in session_dir(root, "completions", "s1").glob("*.parquet")] == ["part-1.parquet"]
         assert [p.name for p in log_segments(root)] == ["0dead-000000.jsonl"]  # seq 2 is only there
-        assert writer.record_completion(completion())["seq"] == 3
+        row = asyncio.run(writer.record_completion_async(completion())) if from_loop else \
+            writer.record_completion(completion())
+        assert row["seq"] == 3
     assert connect(root).execute("SELECT seq FROM completions ORDER BY seq").fetchall() == [(0,), (2,), (3,)]

@@ -1,8 +1,12 @@
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from store_rows import snapshot
-from tracetap.store import write_session_table, write_session_tables
-from tracetap.store.tables import rows_to_table
+from tracetap.store import storage_schema, write_session_table, write_session_tables
+from tracetap.store.schema import STORED_COMPLETIONS
+from tracetap.store.tables import check_rows, rows_to_table
 
 
 def test_rewards_land_in_their_partition(tmp_path):
@@ -65,3 +69,32 @@ def test_a_batch_of_sessions_is_checked_whole_before_any_file_is_written(tmp_pat
 def test_rows_to_table_fills_missing_columns_with_null():
     table = rows_to_table("sessions", [{"session_id": "s1"}])
     assert table.num_rows == 1 and table.column("completions").to_pylist() == [None]
+
+
+ANY_VALUE = st.one_of(
+    st.none(), st.booleans(), st.integers(min_value=-2**70, max_value=2**70), st.floats(),
+    st.text(st.characters(categories=["Cs", "Ll", "Nd"]), max_size=4),  # Cs: lone surrogates, no UTF-8
+    st.datetimes(), st.dates(), st.binary(max_size=2),
+    st.lists(st.one_of(st.integers(min_value=-2**40, max_value=2**40), st.floats(), st.text(max_size=2)), max_size=3),
+)
+COMPLETION_COLUMNS = [name for name in STORED_COMPLETIONS.names
+                      if name not in ("session_id", "seq", "completion_id", "status")]
+
+
+@settings(max_examples=600, deadline=None)
+@given(column=st.sampled_from(COMPLETION_COLUMNS), value=ANY_VALUE)
+def test_the_row_check_accepts_exactly_what_arrow_converts(column, value):
+    """The commit log's check (plain checks for scalars) and the whole-row conversion agree on every value."""
+    row = {"session_id": "s", "seq": 0, "completion_id": "c", "status": "ok", column: value}
+    try:
+        pa.array([row], type=pa.struct(list(storage_schema(STORED_COMPLETIONS))))
+        converts = True
+    except (ValueError, TypeError, OverflowError):
+        converts = False
+    try:
+        check_rows("completions", [row])
+        checked = True
+    except ValueError as error:
+        checked = False
+        assert f"column {column} " in str(error)
+    assert checked == converts

@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 
 import pyarrow.parquet as pq
 import pytest
-from store_rows import completion, snapshot
+from store_rows import completion, record_files, snapshot
 from tracetap.store import InvalidSessionId, StoreWriter, connect
 from tracetap.store.files import StoreError
 from tracetap.store.log_reading import log_rows
@@ -94,15 +94,24 @@ def test_bad_rows_write_nothing(writer, root, change, error):
     assert writer.record_completion(completion())["seq"] == 1
 
 
-def test_seq_continues_after_reopen_and_compaction(root):
+def record(writer: StoreWriter, row: dict, caller: str) -> dict:
+    """Record as a thread does, or as the gateway's event loop does (a new session starts right there)."""
+    return asyncio.run(writer.record_completion_async(row)) if caller == "loop" else writer.record_completion(row)
+
+
+CALLERS = pytest.mark.parametrize("caller", ["thread", "loop"])
+
+
+@CALLERS
+def test_seq_continues_after_reopen_and_compaction(root, caller):
     with StoreWriter(root) as w:
         for _ in range(3):
             w.record_completion(completion())
         w.close_session("s1")
         w.record_completion(completion())
     with StoreWriter(root) as w:
-        assert w.record_completion(completion())["seq"] == 4
-        assert w.record_completion(completion("new"))["seq"] == 0
+        assert record(w, completion(), caller)["seq"] == 4
+        assert record(w, completion("new"), caller)["seq"] == 0
     rows = connect(root).execute("SELECT seq FROM completions WHERE session_id = 's1' ORDER BY seq")
     assert [r[0] for r in rows.fetchall()] == [0, 1, 2, 3, 4]
 
@@ -236,17 +245,37 @@ def test_cached_session_states_stay_under_the_cap(root):
     assert session_row(root, "s0")["completions"] == 1
 
 
-def test_a_dropped_session_goes_on_where_it_was(root):
+@CALLERS
+def test_a_dropped_session_goes_on_where_it_was(root, caller):
     with StoreWriter(root, max_sessions=2) as w:
         w.record_completion(completion("back", prompt_tokens=5))
         for n in range(6):
             w.flush()
-            w.record_completion(completion(f"other{n}"))
-        again = w.record_completion(completion("back", prompt_tokens=7))
+            record(w, completion(f"other{n}"), caller)
+        again = record(w, completion("back", prompt_tokens=7), caller)
         w.register_session("back", task_id="t-back")
     assert again["seq"] == 1
     row = session_row(root, "back")
     assert (row["completions"], row["prompt_tokens"], row["task_id"]) == (2, 12, "t-back")
+
+
+@CALLERS
+def test_a_registered_session_keeps_its_row_when_its_first_call_comes_after_a_restart(root, caller):
+    with StoreWriter(root) as w:
+        w.register_session("reg", task_id="t-reg", harness="codex")
+    with StoreWriter(root) as w:
+        assert record(w, completion("reg"), caller)["seq"] == 0
+    row = session_row(root, "reg")
+    assert (row["completions"], row["task_id"], row["harness"]) == (1, "t-reg", "codex")
+
+
+@CALLERS
+def test_a_session_with_files_but_no_session_row_goes_on_after_them(root, caller):
+    StoreWriter(root).close()
+    record_files(root, 3, "old")  # completions as a v1 writer left them, no summary row
+    with StoreWriter(root) as w:
+        assert record(w, completion("old"), caller)["seq"] == 3
+    assert session_row(root, "old")["completions"] == 4
 
 
 def test_concurrent_writes_with_a_tiny_cache_keep_every_seq(root):
@@ -298,12 +327,13 @@ def test_event_loop_callers_and_threads_keep_every_seq(root):
     assert session_row(root, "shared")["completions"] == per_caller * (len(sessions) + 1)
 
 
-def test_a_row_that_does_not_fit_fails_alone_in_its_batch(writer, root):
+@pytest.mark.parametrize("tokens", ["many", 2**70], ids=["text", "past-int64"])  # 2**70: Arrow's OverflowError
+def test_a_row_that_does_not_fit_fails_alone_in_its_batch(writer, root, tokens):
     async def batch() -> list:
         for sid in ("s1", "s2", "s3"):  # cached, so each call takes the loop's fast path
             await writer.record_completion_async(completion(sid))
         return await asyncio.gather(writer.record_completion_async(completion("s1")),
-                                    writer.record_completion_async(completion("s2", prompt_tokens="many")),
+                                    writer.record_completion_async(completion("s2", prompt_tokens=tokens)),
                                     writer.record_completion_async(completion("s3")), return_exceptions=True)
 
     first, misfit, third = asyncio.run(batch())
