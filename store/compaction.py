@@ -178,9 +178,18 @@ def recorded_sessions(root: StorePath | str) -> list[str]:
 
 
 def compact_store(root: StorePath | str) -> dict[str, int]:
-    """Compact every session of the store: {session_id: rows merged} for sessions that changed."""
+    """Compact every session of the store: {session_id: rows merged} for sessions that changed.
+
+    What the new parts supersede is deleted once every session is done: a read listing the store during
+    the pass finds every file it listed, and one straddling the final deletions loses that race once (its
+    retry lists the new parts), however many sessions the pass takes."""
+    superseded: list[tuple[Sequence[str | StorePath], StorePath]] = []
     merged = {}
-    for sid in recorded_sessions(root):
-        if count := compact_session(root, sid):
-            merged[sid] = count
+    try:
+        for sid in recorded_sessions(root):
+            if count := compact_session(root, sid, lambda paths, directory: superseded.append((paths, directory))):
+                merged[sid] = count
+    finally:
+        for paths, directory in superseded:
+            remove_now(paths, directory)
     return merged

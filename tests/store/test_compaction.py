@@ -173,3 +173,34 @@ def test_compact_store_reports_what_it_merged(writer, root):
     assert compact_store(root) == {"a": 2, "b": 3}
     assert compact_store(root) == {}
     assert compact_session(root, "never-seen") == 0
+
+
+def test_sql_reads_during_a_whole_store_compaction_need_at_most_one_retry(root, monkeypatch):
+    """`tracetap compact` over many sessions deletes what it superseded at the end, not session by session:
+    a read whose listing a deletion outdates gets the new parts on its one retry."""
+    sessions = [f"c{n}" for n in range(60)]
+    with StoreWriter(root) as writer:
+        for sid in sessions:
+            record(writer, 2, sid)
+    compact_store(root)
+    with StoreWriter(root) as writer:  # every session: a part plus logged rows, so compaction supersedes a file
+        for sid in sessions:
+            record(writer, 1, sid)
+    monkeypatch.setattr("tracetap.store.reading.ATTEMPTS", 2)
+    counts, errors, done = [], [], threading.Event()
+
+    def read() -> None:
+        while not done.is_set():
+            try:
+                counts.append(connect(root).execute("SELECT count(*) FROM completions").fetchone()[0])
+            except Exception as error:  # reported below
+                errors.append(error)
+
+    reader = threading.Thread(target=read)
+    reader.start()
+    try:
+        assert len(compact_store(root)) == len(sessions)
+    finally:
+        done.set()
+        reader.join()
+    assert errors == [] and counts and set(counts) == {3 * len(sessions)}
