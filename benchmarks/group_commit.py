@@ -1,8 +1,8 @@
 """Per-call durable-write cost of `StoreWriter.record_completion`: group commit against one file per call.
 
-"before" is the writer of a git ref that wrote one Parquet file per call (temp name, fsync, rename,
-directory fsync), loaded from `git show REF:store/writer.py` over today's store modules; "after" is
-today's writer (one log append and one fdatasync per batch of calls). Each of T threads records
+"before" is the `tracetap` package of a git ref whose writer wrote one Parquet file per call (temp name,
+fsync, rename, directory fsync), laid out from `git archive REF` and measured in a child process that
+imports it; "after" is today's writer (one log append and one fdatasync per batch of calls). Each of T threads records
 `--calls` rows into its own session, all at once, on a store under `--dir` (a real disk: fsyncs are
 what is measured). A row is a turn of an agent loop: 400 new prompt ids, 200 sampled ids with
 logprobs, a 2 KB request. Prints median / p99 ms per call and calls/s for each thread count.
@@ -13,13 +13,16 @@ logprobs, a 2 KB request. Prints median / p99 ms per call and calls/s for each t
 from __future__ import annotations
 
 import argparse
-import importlib.util
+import os
 import statistics
 import subprocess
 import sys
 import tempfile
 import threading
 import time
+import tomllib
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -28,19 +31,20 @@ from tracetap.store import StoreWriter
 REPO = Path(__file__).resolve().parents[1]
 
 
-def load_writer(ref: str) -> type:
-    """StoreWriter as it was at `ref` (its module run against today's store package)."""
-    source = subprocess.run(["git", "-C", str(REPO), "show", f"{ref}:store/writer.py"], check=True,
-                            capture_output=True, text=True).stdout
-    path = Path(tempfile.mkdtemp(prefix="tracetap-bench-")) / "writer_before.py"
-    path.write_text(source)
-    spec = importlib.util.spec_from_file_location("writer_before", path)
-    if spec is None or spec.loader is None:
-        raise RuntimeError(f"cannot load {path}")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # its dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module.StoreWriter
+@contextmanager
+def package_at(ref: str) -> Iterator[Path]:
+    """A directory to put on PYTHONPATH for the `tracetap` package as it was at `ref`: the ref's files from
+    `git archive`, its pyproject's package-dir mapping laid out with symlinks."""
+    with tempfile.TemporaryDirectory(prefix="tracetap-bench-") as tmp:
+        source, path = Path(tmp) / "source", Path(tmp) / "path"
+        source.mkdir()
+        path.mkdir()
+        archive = subprocess.run(["git", "-C", str(REPO), "archive", ref], check=True, capture_output=True).stdout
+        subprocess.run(["tar", "-x", "-C", str(source)], input=archive, check=True)
+        mapping = tomllib.loads((source / "pyproject.toml").read_text())["tool"]["setuptools"]["package-dir"]
+        for name, folder in sorted(mapping.items(), key=lambda item: item[0].count(".")):  # parents first
+            (path / name.replace(".", "/")).symlink_to(source / folder, target_is_directory=True)
+        yield path
 
 
 def row(sid: str, rng: np.random.Generator) -> dict:
@@ -78,23 +82,34 @@ def run(writer_class: type, root: Path, threads: int, calls: int) -> tuple[list[
     return times, wall
 
 
+def report(name: str, threads: int, calls: int, directory: Path | None) -> None:
+    """One table row: `threads` threads through the StoreWriter this process imported."""
+    with tempfile.TemporaryDirectory(dir=directory) as tmp:
+        times, wall = run(StoreWriter, Path(tmp) / "store", threads, calls)
+    p99 = statistics.quantiles(times, n=100)[98] * 1000
+    print(f"| {name} | {threads} | {statistics.median(times) * 1000:.2f} | {p99:.2f} | {len(times) / wall:.0f} |",
+          flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--calls", type=int, default=200, help="rows per thread")
     parser.add_argument("--threads", type=int, nargs="+", default=[1, 8, 32])
     parser.add_argument("--before-ref", default="1251e48", help="a commit whose writer wrote a file per call")
     parser.add_argument("--dir", type=Path, default=None, help="where the stores go (default: a temp dir)")
+    parser.add_argument("--row-of", help=argparse.SUPPRESS)  # a child's one row, named so, under its PYTHONPATH
     args = parser.parse_args()
-    writers = {"before (file per call)": load_writer(args.before_ref), "after (group commit)": StoreWriter}
+    if args.row_of:
+        report(args.row_of, args.threads[0], args.calls, args.dir)
+        return
     print("| writer | threads | median ms/call | p99 ms/call | calls/s |")
     print("|---|---|---|---|---|")
-    for threads in args.threads:
-        for name, writer_class in writers.items():
-            with tempfile.TemporaryDirectory(dir=args.dir) as tmp:
-                times, wall = run(writer_class, Path(tmp) / "store", threads, args.calls)
-            p99 = statistics.quantiles(times, n=100)[98] * 1000
-            print(f"| {name} | {threads} | {statistics.median(times) * 1000:.2f} | {p99:.2f} | "
-                  f"{len(times) / wall:.0f} |", flush=True)
+    with package_at(args.before_ref) as before:
+        for threads in args.threads:
+            child = [sys.executable, __file__, "--row-of", "before (file per call)", "--threads", str(threads),
+                     "--calls", str(args.calls), *(["--dir", str(args.dir)] if args.dir else [])]
+            subprocess.run(child, check=True, env={**os.environ, "PYTHONPATH": str(before)})
+            report("after (group commit)", threads, args.calls, args.dir)
 
 
 if __name__ == "__main__":
