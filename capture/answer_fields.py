@@ -11,9 +11,11 @@ as a problem, so the call is kept (`degraded`) but never trained on.
 from __future__ import annotations
 
 import json
+from itertools import repeat
 from typing import TypeGuard
 
 INT32_MAX = 2**31 - 1
+_INT, _NUMBER, _OBJECT = frozenset({int}), frozenset({int, float}), frozenset({dict})
 
 
 class InvalidAnswer(ValueError):
@@ -32,9 +34,16 @@ def token_ids(value: object, where: str) -> list[int] | None:
     """A list of token ids (int32, not negative), or None when the field is absent."""
     if value is None:
         return None
-    if not isinstance(value, list) or not all(is_int(v) and 0 <= v <= INT32_MAX for v in value):
+    if not isinstance(value, list) or not (_all_of(value, _INT) and 0 <= min(value, default=0)
+                                           and max(value, default=0) <= INT32_MAX):
         raise InvalidAnswer(f"{where} must be a list of token ids (integers from 0 to {INT32_MAX})")
     return value
+
+
+def _all_of(values: list, kinds: frozenset[type]) -> bool:
+    """Whether every item's exact type is one of `kinds` (JSON's own: no subclasses, so bools are no
+    ints), checked in C: a long answer's ids and logprobs are tens of thousands of items."""
+    return set(map(type, values)) <= kinds
 
 
 def count(value: object, where: str) -> int | None:
@@ -105,14 +114,14 @@ def aligned_logprobs(entries: object, ids: list[int] | None) -> tuple[list[float
     """(one logprob per sampled id, None) or (None, the problem); (None, None) when none were sent."""
     if entries is None or ids is None:
         return None, None
-    if not isinstance(entries, list) or not all(isinstance(e, dict) for e in entries):
+    if not isinstance(entries, list) or not _all_of(entries, _OBJECT):
         return None, "upstream logprobs are not a list of entries"
     if len(entries) != len(ids):
         return None, f"upstream sent {len(entries)} logprobs for {len(ids)} sampled tokens"
-    values = [e.get("logprob") for e in entries]
-    if not all(is_number(v) for v in values):
+    values: list = list(map(dict.get, entries, repeat("logprob")))
+    if not _all_of(values, _NUMBER):
         return None, "upstream logprobs are not all numbers"
-    return [float(v) for v in values], None
+    return list(map(float, values)), None
 
 
 def top_logprobs(entries: list[dict] | None) -> list[list[dict]] | None:

@@ -184,6 +184,10 @@ def _drop(target: str, key: str):
     (lambda body, choice: choice["logprobs"]["content"].pop(0), ["upstream sent 49 logprobs for 50 sampled tokens"]),
     (lambda body, choice: choice["logprobs"]["content"][3].update(logprob="x"),
      ["upstream logprobs are not all numbers"]),
+    (lambda body, choice: choice["logprobs"]["content"][3].update(logprob=True),
+     ["upstream logprobs are not all numbers"]),
+    (lambda body, choice: choice["logprobs"]["content"].__setitem__(3, ["not an entry"]),
+     ["upstream logprobs are not a list of entries"]),
 ])
 def test_answers_without_training_data_name_their_problems(change, problems):
     capture = parse_chat_response(mutated(change))
