@@ -439,7 +439,7 @@ class StoreWriter:
         and no wait behind other loads for a new session's first call (under a burst of new sessions
         those waits were most of its latency). Surely lacks: a local store (this writer holds its lock),
         no file of the session, none of its rows left in the log at open (everything this writer logged
-        for a session it dropped is in part files first). Costs two stats; False leaves it to `_state`,
+        for a session it dropped is in part files first). Costs a few stats; False leaves it to `_state`,
         also when the cache is full (evicting is no work for the loop) or another load is running."""
         if self._left_in_log is None or sid in self._left_in_log or not self._loading.acquire(blocking=False):
             return False
