@@ -107,11 +107,13 @@ class GatewayService:
         self.redactor = redactor
         self.registered: RecentSet[str] = RecentSet(MAX_REGISTERED)
         self._posting = asyncio.Lock()  # posted outcomes: one read-compare-write at a time
+        self._serving = 0  # calls in `handle` now: a lone one records without thread hand-offs
 
     async def handle(self, method: str, path: str, headers: Mapping[str, str], query: Mapping[str, str],
                      body: bytes) -> Reply | StreamReply:
         request = Request(method.upper(), path, {k.lower(): v for k, v in headers.items()}, query, body)
         api = caller_api(path, request.headers)
+        self._serving += 1
         try:
             reply = await self._dispatch(request)
         except Reject as exc:
@@ -120,6 +122,8 @@ class GatewayService:
         except Exception:
             logger.exception("gateway failed on %s %s", request.method, split_prefix(path)[1])
             reply = error_reply(api, 500, "internal gateway error (see the gateway log)", "internal")
+        finally:
+            self._serving -= 1
         await self._count_unrecorded(request, reply.status)
         return reply
 
@@ -298,7 +302,7 @@ class GatewayService:
         """Durable before the harness sees a byte: a failed write is a 500, never a silent loss."""
         row = build_row(call, redactor=self.redactor)
         try:
-            await self.writer.record_completion_async(row)
+            await self.writer.record_completion_async(row, alone=self._serving == 1)
         except Exception as exc:
             logger.exception("could not record %s of session %s", call.completion_id, call.session_id)
             raise Reject(500, "the gateway could not record this call", "internal") from exc

@@ -108,6 +108,7 @@ class CommitLog:
         self._cond = threading.Condition()
         self._queue: list[_Pending] = []
         self._closed = False
+        self._writing = False  # a batch is being written (by the committer or by `write_now`'s caller)
         self._number = 0
         self._fd: int | None = None
         self._size = 0
@@ -121,15 +122,34 @@ class CommitLog:
         with self._segment_lock:
             return path != self._live
 
-    def submit(self, row: dict, landed: Landed) -> None:
+    def submit(self, row: dict, landed: Landed, wake: bool = True) -> None:
         """Queue one completions row (storage form); the committer thread calls `landed` once its line is
         durable (with None), or with the ValueError of a row that does not fit the schema or the
-        OSError of a failed write. Lines reach the disk in submit order."""
+        OSError of a failed write. Lines reach the disk in submit order. `wake=False` leaves the
+        committer asleep for a caller that calls `write_now` next."""
         with self._cond:
             if self._closed:
                 raise StoreError(f"the log {self.directory}/{self.writer_id}-* is closed")
             self._queue.append(_Pending(row, landed))
-            self._cond.notify_all()
+            if wake:
+                self._cond.notify_all()
+
+    def write_now(self) -> bool:
+        """Write what is queued here, in the caller's thread, when no batch is being written: a lone call's
+        line then waits for no thread hand-off (its callback runs here too). False when the committer
+        is busy or nothing is queued (it is woken to write what is)."""
+        with self._cond:
+            if self._writing or not self._queue or self._closed:
+                self._cond.notify_all()
+                return False
+            batch, self._queue, self._writing = self._queue, [], True
+        try:
+            self._commit(batch)
+        finally:
+            with self._cond:
+                self._writing = False
+                self._cond.notify_all()
+        return True
 
     def close(self) -> None:
         """Write what is queued, then stop the committer and close the segment."""
@@ -142,17 +162,25 @@ class CommitLog:
     def _run(self) -> None:
         while True:
             with self._cond:
-                self._cond.wait_for(lambda: self._queue or self._closed)
+                self._cond.wait_for(lambda: (self._queue or self._closed) and not self._writing)
                 if not self._queue:
                     return
-                batch, self._queue = self._queue, []
-            lines = _lines([pending.row for pending in batch])
-            error = self._write(b"".join(line for line in lines if isinstance(line, bytes)))
-            for pending, line in zip(batch, lines, strict=True):
-                try:
-                    pending.landed(line if isinstance(line, ValueError) else error)
-                except Exception:  # one caller's bookkeeping must not stop the others' acknowledgements
-                    log.exception("a commit-log callback failed")
+                batch, self._queue, self._writing = self._queue, [], True
+            try:
+                self._commit(batch)
+            finally:
+                with self._cond:
+                    self._writing = False
+
+    def _commit(self, batch: list[_Pending]) -> None:
+        """Check, encode and write one batch, then tell each row's caller how its line fared."""
+        lines = _lines([pending.row for pending in batch])
+        error = self._write(b"".join(line for line in lines if isinstance(line, bytes)))
+        for pending, line in zip(batch, lines, strict=True):
+            try:
+                pending.landed(line if isinstance(line, ValueError) else error)
+            except Exception:  # one caller's bookkeeping must not stop the others' acknowledgements
+                log.exception("a commit-log callback failed")
 
     def _write(self, data: bytes) -> OSError | None:
         """Append one batch with one write and one fdatasync. A failure cuts the segment back to where

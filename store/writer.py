@@ -253,8 +253,8 @@ class StoreWriter:
         self._retirement = Retirement(retire_after)  # superseded files outlive reads that listed them
         self._recover()
         self._reconcile()
-        local = not isinstance(self.root, ObjectPath)  # one writer: no other process adds sessions
-        self._left_in_log = frozenset(logged_sessions(self.root)) if local else None  # rows recovery kept
+        self._local = not isinstance(self.root, ObjectPath)  # one writer: no other process adds sessions
+        self._left_in_log = frozenset(logged_sessions(self.root) if self._local else ())  # rows recovery kept
 
     @property
     def cached_sessions(self) -> int:
@@ -357,11 +357,15 @@ class StoreWriter:
             flight = self._begin(state, row, completion_id, None)
         return flight.result()
 
-    async def record_completion_async(self, row: dict) -> dict:
+    async def record_completion_async(self, row: dict, alone: bool = False) -> dict:
         """record_completion for a caller on an event loop. When the session's state is at hand without
         waiting (cached, unlocked, no line of it in flight), the row is encoded and queued right here
         and the loop is woken once its batch is durable: no worker thread per call. A session not in
-        memory is loaded in a worker thread first; a busy one is recorded in a worker thread."""
+        memory is loaded in a worker thread first; a busy one is recorded in a worker thread.
+
+        `alone`: the caller serves no other call now. Then, on a local store with the log idle, the line
+        is written and synced right here: the loop waits out the fdatasync itself, but a lone call skips
+        the two thread hand-offs. Busy callers leave it to the committer, whose sync overlaps their work."""
         sid, completion_id = _checked(row)
         state, in_memory = self._ready(sid)
         if not in_memory:
@@ -373,15 +377,19 @@ class StoreWriter:
         loop = asyncio.get_running_loop()
         landed = loop.create_future()
         waker = self._wakers.get(loop) or self._wakers.setdefault(loop, _LoopWaker(loop))
+        inline = alone and self._local
         try:
-            flight = self._begin(state, row, completion_id, functools.partial(waker.settle, landed))
+            flight = self._begin(state, row, completion_id, functools.partial(waker.settle, landed), wake=not inline)
         finally:
             state.lock.release()
-        await landed
+        if inline:
+            self._log.write_now()  # else the committer was woken to write it
+        if not flight.settled.is_set():
+            await landed
         return flight.result()
 
     def _begin(self, state: _Session, row: dict, completion_id: str,
-               notify: Callable[[], None] | None) -> _InFlight:
+               notify: Callable[[], None] | None, wake: bool = True) -> _InFlight:
         """Encode the row as the session's next seq and queue its line (the session's lock is held).
         Until the line lands the session has it in flight: its next line waits, so a failed write
         gives its seq again and never leaves a gap."""
@@ -390,7 +398,7 @@ class StoreWriter:
         full["finished_at"] = full["finished_at"] or datetime.now(UTC)
         flight = _InFlight(full, notify)
         try:
-            self._log.submit(encode_row(state.history, full), functools.partial(self._landed, state, flight))
+            self._log.submit(encode_row(state.history, full), functools.partial(self._landed, state, flight), wake)
         except BaseException:
             state.history = History()  # it learned a call that is not on disk
             raise
@@ -441,7 +449,7 @@ class StoreWriter:
         no file of the session, none of its rows left in the log at open (everything this writer logged
         for a session it dropped is in part files first). Costs a few stats; False leaves it to `_state`,
         also when the cache is full (evicting is no work for the loop) or another load is running."""
-        if self._left_in_log is None or sid in self._left_in_log or not self._loading.acquire(blocking=False):
+        if not self._local or sid in self._left_in_log or not self._loading.acquire(blocking=False):
             return False
         try:
             directory, path = session_dir(self.root, "completions", sid), session_file(self.root, sid)

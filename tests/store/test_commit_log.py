@@ -166,10 +166,10 @@ import asyncio, resource, signal, sys
 from tracetap.store import StoreError, StoreWriter
 signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # past the limit, write() fails with EFBIG instead
 
-async def on_loop(row):  # the gateway's path: encoded on the loop, woken by the committer
-    return await writer.record_completion_async(row)
+async def on_loop(row):  # the gateway's path: encoded on the loop, written by the committer or, alone, right there
+    return await writer.record_completion_async(row, alone=sys.argv[3] == "loop-alone")
 
-record = (lambda row: asyncio.run(on_loop(row))) if sys.argv[3] == "loop" else None
+record = (lambda row: asyncio.run(on_loop(row))) if sys.argv[3].startswith("loop") else None
 with StoreWriter(sys.argv[1]) as writer:
     resource.setrlimit(resource.RLIMIT_FSIZE, (int(sys.argv[2]), resource.RLIM_INFINITY))
     outcomes = []
@@ -183,7 +183,7 @@ with StoreWriter(sys.argv[1]) as writer:
 """
 
 
-@pytest.mark.parametrize("caller", ["thread", "loop"])
+@pytest.mark.parametrize("caller", ["thread", "loop", "loop-alone"])
 def test_a_failed_write_leaves_no_line_of_its_batch_and_the_next_call_goes_on(root, caller):
     """A real write failure: a file size limit (RLIMIT_FSIZE) that the second row crosses mid-line."""
     line = len(encode_line({**completion(), "error": "x" * 700, "completion_id": "c-0", "seq": 0,
@@ -212,3 +212,21 @@ def test_recovery_stops_at_a_gap_and_keeps_what_lies_past_it_visible(root, from_
             writer.record_completion(completion())
         assert row["seq"] == 3
     assert connect(root).execute("SELECT seq FROM completions ORDER BY seq").fetchall() == [(0,), (2,), (3,)]
+
+
+def test_a_lone_callers_line_is_written_in_its_own_thread(root):
+    """`alone`: the event loop writes and syncs its line itself when the log is idle (no thread hand-off)."""
+    written_by = []
+    with StoreWriter(root) as writer:
+        real_write = writer._log._write
+
+        def write(data: bytes):
+            written_by.append(threading.get_ident())
+            return real_write(data)
+
+        writer._log._write = write
+        rows = [asyncio.run(writer.record_completion_async(completion(), alone=alone)) for alone in (True, True, False)]
+    assert [row["seq"] for row in rows] == [0, 1, 2]
+    here = threading.get_ident()
+    assert written_by[:2] == [here, here] and written_by[2] != here  # not alone: the committer wrote it
+    assert [row["seq"] for row in log_rows(root).to_pylist()] == [0, 1, 2]

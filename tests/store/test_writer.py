@@ -299,15 +299,17 @@ def test_concurrent_writes_with_a_tiny_cache_keep_every_seq(root):
     assert session_row(root, "shared")["completions"] == per_thread * len(sessions)
 
 
-def test_event_loop_callers_and_threads_keep_every_seq(root):
-    """The loop's fast path (encode on the loop, woken by the committer) and the thread path share
-    sessions: parallel calls of one session, sessions loaded and evicted under a tiny cache."""
+@pytest.mark.parametrize("alone", [False, True], ids=["committer", "written-on-the-loop"])
+def test_event_loop_callers_and_threads_keep_every_seq(root, alone):
+    """The loop's fast path (encode on the loop, woken by the committer, or written right there when
+    the caller says it is alone) and the thread path share sessions: parallel calls of one session,
+    sessions loaded and evicted under a tiny cache."""
     sessions, per_caller = [f"c{n}" for n in range(6)], 12
 
     async def loop_caller(sid: str) -> None:
         for _ in range(per_caller):
-            await w.record_completion_async(completion(sid))
-            await w.record_completion_async(completion("shared"))
+            await w.record_completion_async(completion(sid), alone=alone)
+            await w.record_completion_async(completion("shared"), alone=alone)
 
     def thread_caller() -> None:
         for _ in range(per_caller):
