@@ -8,7 +8,9 @@ encodes them, appends the lines with one write and one fdatasync (a new segment 
 directory, so its name survives a crash), then tells each row's caller, through the callback it was
 queued with, that its line is durable, or why not. A row that does not fit the schema never reaches
 the log and does not fail the rest of its batch. Callers wait for that callback, not for the
-committer: the gateway's event loop is woken by it directly, with no thread parked per call.
+committer: the gateway's event loop is woken by it directly, with no thread parked per call. A caller
+with nothing else to do (the gateway serving one call) may write the queue itself when no batch is
+being written (`write_now`): the same check, write and sync, without the hand-offs to the committer.
 
 Every line ends with the end mark (`"_end":1`, after the schema's last column): a line cut by a crash
 lacks it and is never visible (store/log_reading.py). A failed write may leave such a torn tail, so
@@ -143,12 +145,7 @@ class CommitLog:
                 self._cond.notify_all()
                 return False
             batch, self._queue, self._writing = self._queue, [], True
-        try:
-            self._commit(batch)
-        finally:
-            with self._cond:
-                self._writing = False
-                self._cond.notify_all()
+        self._commit(batch)
         return True
 
     def close(self) -> None:
@@ -166,21 +163,23 @@ class CommitLog:
                 if not self._queue:
                     return
                 batch, self._queue, self._writing = self._queue, [], True
-            try:
-                self._commit(batch)
-            finally:
-                with self._cond:
-                    self._writing = False
+            self._commit(batch)
 
     def _commit(self, batch: list[_Pending]) -> None:
-        """Check, encode and write one batch, then tell each row's caller how its line fared."""
-        lines = _lines([pending.row for pending in batch])
-        error = self._write(b"".join(line for line in lines if isinstance(line, bytes)))
-        for pending, line in zip(batch, lines, strict=True):
-            try:
-                pending.landed(line if isinstance(line, ValueError) else error)
-            except Exception:  # one caller's bookkeeping must not stop the others' acknowledgements
-                log.exception("a commit-log callback failed")
+        """Check, encode and write one batch, tell each row's caller how its line fared, then let the
+        next batch be written (the writer that took it set `_writing`)."""
+        try:
+            lines = _lines([pending.row for pending in batch])
+            error = self._write(b"".join(line for line in lines if isinstance(line, bytes)))
+            for pending, line in zip(batch, lines, strict=True):
+                try:
+                    pending.landed(line if isinstance(line, ValueError) else error)
+                except Exception:  # one caller's bookkeeping must not stop the others' acknowledgements
+                    log.exception("a commit-log callback failed")
+        finally:
+            with self._cond:
+                self._writing = False
+                self._cond.notify_all()
 
     def _write(self, data: bytes) -> OSError | None:
         """Append one batch with one write and one fdatasync. A failure cuts the segment back to where
