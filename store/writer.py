@@ -254,7 +254,6 @@ class StoreWriter:
         self._recover()
         self._reconcile()
         self._local = not isinstance(self.root, ObjectPath)  # one writer: no other process adds sessions
-        self._left_in_log = frozenset(logged_sessions(self.root) if self._local else ())  # rows recovery kept
 
     @property
     def cached_sessions(self) -> int:
@@ -445,11 +444,12 @@ class StoreWriter:
     def _start_new(self, sid: str) -> bool:
         """Put a session the store surely lacks in memory, right here on the event loop: no worker thread
         and no wait behind other loads for a new session's first call (under a burst of new sessions
-        those waits were most of its latency). Surely lacks: a local store (this writer holds its lock),
-        no file of the session, none of its rows left in the log at open (everything this writer logged
-        for a session it dropped is in part files first). Costs a few stats; False leaves it to `_state`,
-        also when the cache is full (evicting is no work for the loop) or another load is running."""
-        if not self._local or sid in self._left_in_log or not self._loading.acquire(blocking=False):
+        those waits were most of its latency). Surely lacks: a local store (this writer holds its lock)
+        with no file of the session. Its log rows need no look: recovery gave every session it found in
+        the log a directory, and what this writer logged for a session it dropped is in part files first.
+        Costs a few stats; False leaves it to `_state`, also when the cache is full (evicting is no work
+        for the loop) or another load is running."""
+        if not self._local or not self._loading.acquire(blocking=False):
             return False
         try:
             directory, path = session_dir(self.root, "completions", sid), session_file(self.root, sid)

@@ -230,3 +230,14 @@ def test_a_lone_callers_line_is_written_in_its_own_thread(root):
     here = threading.get_ident()
     assert written_by[:2] == [here, here] and written_by[2] != here  # not alone: the committer wrote it
     assert [row["seq"] for row in log_rows(root).to_pylist()] == [0, 1, 2]
+
+
+def test_a_session_only_in_the_log_past_a_gap_goes_on_after_it_from_the_event_loop(root):
+    """Nothing of it can be compacted (seq 0 is missing), so its rows stay only in the log; its next call,
+    recorded the gateway's way, still follows them."""
+    StoreWriter(root).close()
+    (root / "log").mkdir()
+    (root / "log" / "0dead-000000.jsonl").write_bytes(logged_line(1) + logged_line(2))
+    with StoreWriter(root) as writer:
+        assert asyncio.run(writer.record_completion_async(completion(), alone=True))["seq"] == 3
+    assert connect(root).execute("SELECT seq FROM completions ORDER BY seq").fetchall() == [(1,), (2,), (3,)]
