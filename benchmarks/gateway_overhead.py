@@ -40,7 +40,9 @@ from tracetap.store import connect
 
 from tracetap.launch import ChildProcess, free_port, start_gateway
 
-FIXTURE = Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "vllm-0.32.0" / "chat_basic.json"
+FIXTURES = Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "vllm-0.32.0"
+FIXTURE = FIXTURES / "chat_basic.json"
+MODELS = FIXTURES / "models.json"  # vLLM's /v1/models, which the gateway reads to resolve model names
 REQUEST = {"model": "bench", "messages": [{"role": "user", "content": "Say hi."}], "max_tokens": 8}
 TOOLS = 16  # an agent request's tool definitions, each with a nested parameter schema
 MITMDUMP = Path(sys.executable).parent / "mitmdump"
@@ -52,10 +54,15 @@ def upstream_body() -> bytes:
     return FIXTURE.read_bytes()
 
 
+def _answer(body: bytes) -> bytes:
+    return (b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: "
+            + str(len(body)).encode() + b"\r\n\r\n" + body)
+
+
 async def _serve_client(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, body: bytes,
                         delay: float = 0.0) -> None:
-    head = (b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: "
-            + str(len(body)).encode() + b"\r\n\r\n")
+    """Every call answered with `body`, except GET /v1/models, answered with vLLM's model list."""
+    answer, models = _answer(body), _answer(MODELS.read_bytes())
     try:
         while True:
             headers = await reader.readuntil(b"\r\n\r\n")
@@ -67,7 +74,7 @@ async def _serve_client(reader: asyncio.StreamReader, writer: asyncio.StreamWrit
                 await reader.readexactly(length)
             if delay:
                 await asyncio.sleep(delay)  # an engine that takes its time (benchmarks/fleet.py)
-            writer.write(head + body)
+            writer.write(models if headers.startswith(b"GET /v1/models") else answer)
             await writer.drain()
     except (asyncio.IncompleteReadError, ConnectionError):
         writer.close()

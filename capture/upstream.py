@@ -32,6 +32,7 @@ JSON_HEADERS = {"content-type": "application/json", "accept": "application/json"
 SSE_HEADERS = {"content-type": "application/json", "accept": "text/event-stream"}
 STREAM_OPTIONS = {"include_usage": True, "continuous_usage_stats": True}
 MAX_ERROR_BODY = 1024 * 1024  # an error answer read before a stream: kept whole up to this
+LISTING_RETRY = 60.0  # seconds before asking again an upstream that answered without a model list
 _META_TOKEN_KEYS = ("output_token_logprobs", "output_top_logprobs", "input_token_logprobs",
                     "input_top_logprobs", "prompt_token_ids", "output_ids")
 NO_CHOICES = "upstream sent no choices"
@@ -280,6 +281,7 @@ class UpstreamClient:
         self.models: list[str] = [served_model] if served_model else []
         self.max_model_len: int | None = None  # the served model's context, when `/v1/models` says
         self._pool = Pool(self.base_url, connect_timeout)
+        self._unlisted_until = 0.0  # monotonic time before which `/v1/models` is not asked again
 
     @property
     def streams_tokens(self) -> bool:
@@ -287,12 +289,20 @@ class UpstreamClient:
         return self.kind == "vllm"
 
     async def discover(self) -> list[str]:
-        """Learn the served model names from `/v1/models`; an unreachable upstream is not fatal here."""
+        """Learn the served model names from `/v1/models`; an unreachable upstream is not fatal here.
+
+        An upstream that answers without a usable list is not asked again for LISTING_RETRY seconds
+        (before, every call of `resolve_model` cost it one more round trip); an unreachable one is asked
+        on the next call (an engine starting after the gateway)."""
         try:
             response = await self._pool.request("GET", "/v1/models", timeout=5.0)
+        except (ConnectionError, TimeoutError):
+            return self.models
+        try:
             cards = json.loads(response.content)["data"]
             names = [m["id"] for m in cards if isinstance(m.get("id"), str)]
-        except (ConnectionError, TimeoutError, ValueError, AttributeError, KeyError, TypeError):
+        except (ValueError, AttributeError, KeyError, TypeError):
+            self._unlisted_until = time.monotonic() + LISTING_RETRY
             return self.models
         lengths = [m["max_model_len"] for m in cards if fields.is_int(m.get("max_model_len"))]
         self.max_model_len = self.max_model_len or (lengths[0] if lengths else None)
@@ -302,7 +312,7 @@ class UpstreamClient:
 
     async def resolve_model(self, requested: str | None) -> str | None:
         """Names the upstream serves pass through; any other name maps to the served model."""
-        if not self.models:
+        if not self.models and time.monotonic() >= self._unlisted_until:
             await self.discover()
         if requested in self.models:
             return requested

@@ -179,7 +179,8 @@ class CommitLog:
         finally:
             with self._cond:
                 self._writing = False
-                self._cond.notify_all()
+                if self._queue or self._closed:  # else the committer has nothing to do: waking it would
+                    self._cond.notify_all()  # only cost the event loop a GIL hand-off per lone call
 
     def _write(self, data: bytes) -> OSError | None:
         """Append one batch with one write and one fdatasync. A failure cuts the segment back to where

@@ -155,11 +155,15 @@ class Plan:
 class StubUpstream:
     """A vLLM stand-in on loopback that replays fixtures. The session header picks the answer:
     `plans[sid]` when set, else the fixture named like the session, else `default`.
-    Every chat request it receives is kept in `requests` as (headers, body)."""
+    Every chat request it receives is kept in `requests` as (headers, body); `model_lists` counts the
+    GETs of `/v1/models` (answered 404, like an engine without that route, when `lists_models` is off)."""
 
     plans: dict[str, Plan] = field(default_factory=dict)
     default: Plan = field(default_factory=Plan)
     requests: list[tuple[dict, dict]] = field(default_factory=list)
+    lists_models: bool = True
+    model_lists: int = 0
+    port: int = 0  # 0: any free port
     _server: ThreadingHTTPServer | None = None
 
     @property
@@ -173,7 +177,7 @@ class StubUpstream:
         return Plan(sid) if sid in INDEX else self.default
 
     def start(self) -> StubUpstream:
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), _stub_handler(self))
+        self._server = ThreadingHTTPServer(("127.0.0.1", self.port), _stub_handler(self))
         self._server.daemon_threads = True
         threading.Thread(target=self._server.serve_forever, args=(0.05,), daemon=True).start()
         return self
@@ -198,7 +202,9 @@ def _stub_handler(stub: StubUpstream) -> type[BaseHTTPRequestHandler]:
 
         def do_GET(self) -> None:
             if self.path == "/v1/models":
-                return self._send_fixture("models")
+                stub.model_lists += 1
+                if stub.lists_models:
+                    return self._send_fixture("models")
             self._send(404, b'{"error":{"message":"not found"}}', "application/json")
 
         def do_POST(self) -> None:

@@ -5,8 +5,10 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from live import free_port
-from tracetap.capture.http1 import ConnectFailed, ConnectionLost, Pool
+from tracetap.capture.http1 import ConnectFailed, ConnectionLost, Pool, request_head
 
 OK = b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 2\r\n\r\n{}"
 CHUNKED = (b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n"
@@ -114,3 +116,116 @@ def test_path_prefix_and_bad_urls():
     assert Pool("http://h:1/base/").prefix == "/base"
     with pytest.raises(ValueError):
         Pool("ftp://h")
+
+
+async def exchange_twice(answer: bytes, method: str = "POST", pieces: list[int] | None = None,
+                         pause: float = 0.0, closes: bool = False) -> tuple[list[tuple[int, bytes]], int]:
+    """Two requests through one pool to a server answering each with `answer` (written in `pieces` of
+    these sizes, `pause` seconds apart, when given; then closing the connection when `closes`);
+    (each (status, body)), connections accepted)."""
+    accepted = []
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        accepted.append(writer)
+        try:
+            while True:
+                head = await reader.readuntil(b"\r\n\r\n")
+                length = next((int(line.split(b":")[1]) for line in head.split(b"\r\n")
+                               if line.lower().startswith(b"content-length:")), 0)
+                await reader.readexactly(length)
+                rest = answer
+                for size in pieces or [len(answer)]:
+                    writer.write(rest[:size])
+                    rest = rest[size:]
+                    await writer.drain()
+                    await asyncio.sleep(pause)
+                writer.write(rest)
+                if closes:
+                    break
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        writer.close()
+
+    server = await asyncio.start_server(handle, "127.0.0.1", 0)
+    pool = Pool(f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}")
+    try:
+        answers = []
+        for _ in range(2):
+            response = await pool.request(method, "/v1/x", b"{}", timeout=5)
+            answers.append((response.status, response.content))
+        return answers, len(accepted)
+    finally:
+        await pool.aclose()
+        server.close()
+
+
+@pytest.mark.parametrize("answer, body, connections", [
+    (OK, b"{}", 1),
+    (OK, b"{}", 2),  # the server closes after each answer: the next request goes on a new connection
+    (CHUNKED, b'{"a": 1}', 1),
+    (b"HTTP/1.1 200 OK\r\ntransfer-encoding: Chunked\r\n\r\n2;ext=1\r\nab\r\n0\r\nx-trailer: 1\r\n\r\n", b"ab", 1),
+    (b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\ncontent-length: 3\r\n\r\nabc", b"abc", 1),
+    (b"HTTP/1.1 204 No Content\r\n\r\n", b"", 1),
+    (b"HTTP/1.1 200 OK\r\ncontent-length: 3, 3\r\n\r\nabc", b"abc", 1),
+    (b"HTTP/1.1 200 OK\r\nconnection: close\r\ncontent-length: 3\r\n\r\nabc", b"abc", 2),
+    (b"HTTP/1.0 200 OK\r\ncontent-length: 3\r\n\r\nabc", b"abc", 2),
+    (b"HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\n\r\nuntil the close", b"until the close", 2),
+])
+def test_response_framing_and_reuse(answer, body, connections):
+    """Each body framing reads exactly its body; only a connection left at a message boundary is reused."""
+    status = int(answer.rsplit(b"HTTP/1.", 1)[1][2:5])  # the final answer's
+    assert run(exchange_twice(answer, closes=connections == 2)) == ([(status, body)] * 2, connections)
+
+
+def test_head_answers_have_no_body():
+    answer = b"HTTP/1.1 200 OK\r\ncontent-length: 99\r\n\r\n"
+    assert run(exchange_twice(answer, method="HEAD")) == ([(200, b"")] * 2, 1)
+
+
+@pytest.mark.parametrize("answer", [
+    b"HTTP/2 200 OK\r\n\r\n",
+    b"HTTP/1.1 2000 OK\r\n\r\n",
+    b"HTTP/1.1 200 OK\r\nno colon here\r\n\r\n",
+    b"HTTP/1.1 200 OK\r\nbad name: x\r\n\r\n",
+    b"HTTP/1.1 200 OK\r\n folded: x\r\n\r\n",
+    b"HTTP/1.1 200 OK\r\ncontent-length: 3, 4\r\n\r\nabcd",
+    b"HTTP/1.1 200 OK\r\ncontent-length: -3\r\n\r\n",
+    b"HTTP/1.1 200 OK\r\ncontent-length: 10\r\n\r\nshort",
+    b"HTTP/1.1 200 OK\r\ntransfer-encoding: gzip, chunked\r\n\r\n0\r\n\r\n",
+    b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\nzz\r\nab\r\n0\r\n\r\n",
+    b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n2\r\nabXY0\r\n\r\n",
+    b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n5\r\nab",
+    b"HTTP/1.1 101 Switching Protocols\r\nupgrade: websocket\r\n\r\n",
+    b"HTTP/1.1 200 OK\r\nx-big: " + b"a" * 70000 + b"\r\n\r\n",
+])
+def test_broken_answers_are_connection_lost(answer):
+    """A server that breaks HTTP/1.1 framing is a lost connection (the gateway's 502), never a wrong body."""
+    with pytest.raises(ConnectionLost):
+        run(exchange_twice(answer, closes=True))
+
+
+@settings(max_examples=40, deadline=None)
+@given(body=st.binary(max_size=3000), chunks=st.lists(st.integers(1, 700), max_size=8),
+       pieces=st.lists(st.integers(1, 400), max_size=6), chunked=st.booleans())
+def test_any_split_of_a_framed_answer_reads_the_same_body(body, chunks, pieces, chunked):
+    """However the body is chunked and however the bytes arrive, the body read is the body sent, and
+    the connection carries the next request."""
+    if chunked:
+        cuts, framed, rest = chunks or [len(body) or 1], b"", body
+        for size in cuts:
+            if rest:
+                framed += b"%x\r\n%s\r\n" % (len(rest[:size]), rest[:size])
+                rest = rest[size:]
+        if rest:
+            framed += b"%x\r\n%s\r\n" % (len(rest), rest)
+        answer = b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n" + framed + b"0\r\n\r\n"
+    else:
+        answer = b"HTTP/1.1 200 OK\r\ncontent-length: %d\r\n\r\n%s" % (len(body), body)
+    assert run(exchange_twice(answer, pieces=pieces, pause=0.001)) == ([(200, body)] * 2, 1)
+
+
+@pytest.mark.parametrize("name, value", [("x-session", "a\r\nx-injected: 1"), ("x-session", "a\nb"),
+                                         ("bad name", "v"), ("x-session", "nul\x00")])
+def test_request_heads_that_would_break_framing_are_refused(name, value):
+    with pytest.raises(ValueError):
+        request_head("POST", "/v1/x", [(name, value)])

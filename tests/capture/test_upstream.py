@@ -13,7 +13,7 @@ import math
 import re
 
 import pytest
-from live import CHAT_FIXTURES, ERROR_FIXTURES, INDEX, Plan, fixture_body, free_port
+from live import CHAT_FIXTURES, ERROR_FIXTURES, INDEX, Plan, StubUpstream, fixture_body, free_port
 from tracetap.capture.upstream import (
     NO_CHOICES,
     STREAMED,
@@ -366,3 +366,31 @@ def test_models_are_learned_and_unknown_names_map_to_the_served_one(stub_upstrea
             await client.aclose()
 
     assert asyncio.run(run()) == ("tiny", "tiny", ["tiny"])
+
+
+def test_an_upstream_without_a_model_list_is_not_asked_on_every_call():
+    """An engine without `/v1/models` costs one round trip, not one per call; names pass through."""
+    async def run(client: UpstreamClient):
+        try:
+            return [await client.resolve_model("gpt-4o") for _ in range(3)]
+        finally:
+            await client.aclose()
+
+    with StubUpstream(lists_models=False) as stub:
+        assert asyncio.run(run(UpstreamClient(stub.url))) == ["gpt-4o"] * 3
+    assert stub.model_lists == 1
+
+
+def test_an_engine_starting_after_the_gateway_is_asked_again():
+    """Unreachable at the first call, listed at the next: the served name is learned then."""
+    async def run(client: UpstreamClient, stub: StubUpstream):
+        try:
+            first = await client.resolve_model("gpt-4o")
+            with stub:
+                return first, await client.resolve_model("gpt-4o")
+        finally:
+            await client.aclose()
+
+    stub = StubUpstream(port=free_port())
+    assert asyncio.run(run(UpstreamClient(f"http://127.0.0.1:{stub.port}"), stub)) == ("gpt-4o", "tiny")
+    assert stub.model_lists == 1
