@@ -31,5 +31,9 @@ def dump_bytes(value: object) -> bytes:
     return _encode(value).encode("utf-8", "backslashreplace")
 
 
+_ENCODER = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", ":"))  # made once: json.dumps
+# with options builds an encoder per call (~0.6 us of a small body's ~2)
+
+
 def _encode(value: object) -> str:
-    return json.dumps(value, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+    return _ENCODER.encode(value)

@@ -62,13 +62,16 @@ def _plain(value: object) -> object:
     raise ValueError(f"cannot store a {type(value).__name__} in the log")
 
 
+_ENCODER = json.JSONEncoder(separators=(",", ":"), default=_plain)  # made once, not per line as json.dumps would
+
+
 def encode_line(row: dict) -> bytes:
     """One completions row as one log line: the schema's columns in order, then the end mark.
 
     Floats are written as Python's repr of the double, which parses back to the same double, so
     the float32 both readers cast it to is the one a Parquet write of the row stores.
     """
-    body = json.dumps({name: row.get(name) for name in _COLUMNS}, separators=(",", ":"), default=_plain)
+    body = _ENCODER.encode({name: row.get(name) for name in _COLUMNS})
     return body[:-1].encode() + END_MARK + b"\n"
 
 
