@@ -158,7 +158,7 @@ class Gateway:
             return error_reply(FALLBACK_API, 503, "the gateway is still starting", "internal")
         path = req.path.partition("?")[0]
         body = req.raw_content or b""  # still encoded: the service decodes it under its size limit
-        return await self.service.handle(req.method, path, dict(req.headers), dict(req.query), body)
+        return await self.service.handle(req.method, path, lowered(req.headers), dict(req.query), body)
 
     def protocol_error(self, request: http.Request | None, status: int, message: str) -> http.Response:
         """mitmproxy's own refusals (malformed framing, a body over the limit) in the caller's API shape;
@@ -180,7 +180,13 @@ class Gateway:
 
 
 def lowered(headers: http.Headers) -> dict[str, str]:
-    return {name.lower(): value for name, value in headers.items()}
+    """Lower-cased names to values, a repeated field's values joined by ", " (what `headers[name]` gives),
+    in one pass over the raw fields: each `headers[name]` rescans every field (~25 us a call)."""
+    out: dict[str, str] = {}
+    for raw_name, raw_value in headers.fields:
+        name, value = raw_name.decode("utf-8", "surrogateescape").lower(), raw_value.decode("utf-8", "surrogateescape")
+        out[name] = f"{out[name]}, {value}" if name in out else value
+    return out
 
 
 def request_api(request: http.Request) -> str:
