@@ -16,6 +16,7 @@ from tracetap.store.location import StorePath, store_path
 from tracetap.store.paths import session_dir, validate_filename, validate_session_id
 from tracetap.store.schema import STORED_TABLES
 
+MAX_PLAIN_LIST = 32  # items of a list checked in Python; a longer one converts faster in Arrow
 _STORAGE = {name: storage_schema(schema) for name, schema in STORED_TABLES.items()}
 _ROW = {name: pa.struct(list(schema)) for name, schema in _STORAGE.items()}
 _NAMES = {name: frozenset(schema.names) for name, schema in STORED_TABLES.items()}
@@ -36,9 +37,9 @@ def rows_to_table(table: str, rows: list[dict]) -> pa.Table:
 def check_rows(table: str, rows: list[dict]) -> None:
     """Raises ValueError unless rows_to_table(table, rows) would succeed, without building the table.
 
-    Scalars are checked in Python where a plain check settles it (the commit log checks every row, and
-    Arrow's conversion costs ~2 us per column even for one row); lists, structs and whatever a plain
-    check cannot vouch for go through Arrow, one conversion per column."""
+    Scalars and short lists of scalars are checked in Python where a plain check settles it (the commit
+    log checks every row, and Arrow's conversion costs ~3 us per column even for one row); long lists,
+    structs and whatever a plain check cannot vouch for go through Arrow, one conversion per column."""
     _check_names(table, rows)
     checks = _CHECKS[table]
     unsettled = dict.fromkeys(name for row in rows for name, value in row.items()  # ordered: one row names one column
@@ -72,11 +73,14 @@ def _plain_check(type_: pa.DataType) -> Callable[[object], bool] | None:
             (0, (1 << type_.bit_width) - 1)
         return lambda value: type(value) is int and low <= value <= high
     if pa.types.is_floating(type_):
-        return lambda value: type(value) is float or (type(value) is int and -_EXACT <= value <= _EXACT)
+        exact = 1 << _MANTISSA_BITS[type_.bit_width]  # Arrow refuses an int the float cannot hold exactly
+        return lambda value: type(value) is float or (type(value) is int and -exact <= value <= exact)
     if pa.types.is_boolean(type_):
         return lambda value: type(value) is bool
     if pa.types.is_timestamp(type_):
         return lambda value: type(value) is datetime
+    if pa.types.is_list(type_) and (item := _plain_check(type_.value_type)) is not None:
+        return lambda value: type(value) is list and len(value) <= MAX_PLAIN_LIST and all(map(item, value))
     return None
 
 
@@ -93,7 +97,7 @@ def _is_text(value: object) -> bool:
     return True
 
 
-_EXACT = 1 << 53  # ints a double holds exactly
+_MANTISSA_BITS = {16: 11, 32: 24, 64: 53}  # by float width: ints up to 2**bits are held exactly
 _CHECKS = {name: {field.name: (field, _plain_check(field.type)) for field in schema}
            for name, schema in _STORAGE.items()}
 

@@ -6,7 +6,7 @@ from hypothesis import strategies as st
 from store_rows import snapshot
 from tracetap.store import storage_schema, write_session_table, write_session_tables
 from tracetap.store.schema import STORED_COMPLETIONS
-from tracetap.store.tables import check_rows, rows_to_table
+from tracetap.store.tables import MAX_PLAIN_LIST, check_rows, rows_to_table
 
 
 def test_rewards_land_in_their_partition(tmp_path):
@@ -76,6 +76,10 @@ ANY_VALUE = st.one_of(
     st.text(st.characters(categories=["Cs", "Ll", "Nd"]), max_size=4),  # Cs: lone surrogates, no UTF-8
     st.datetimes(), st.dates(), st.binary(max_size=2),
     st.lists(st.one_of(st.integers(min_value=-2**40, max_value=2**40), st.floats(), st.text(max_size=2)), max_size=3),
+    st.lists(st.one_of(st.none(), st.booleans(), st.integers(min_value=-2**63, max_value=2**63), st.floats()),
+             max_size=3),
+    st.lists(st.integers(min_value=-2**31 - 1, max_value=2**31), min_size=MAX_PLAIN_LIST - 1,
+             max_size=MAX_PLAIN_LIST + 1),  # around the length where the check hands lists to Arrow
 )
 COMPLETION_COLUMNS = [name for name in STORED_COMPLETIONS.names
                       if name not in ("session_id", "seq", "completion_id", "status")]
