@@ -26,6 +26,14 @@ class Aborted(Exception):
     """A pause cancelled this call while it was upstream."""
 
 
+@dataclass(eq=False)
+class _Flight:
+    """A call upstream: the task awaiting it, and whether a pause cancelled that task."""
+
+    task: asyncio.Task
+    aborted: bool = False
+
+
 @dataclass(frozen=True)
 class FenceStatus:
     paused: bool
@@ -47,7 +55,7 @@ class Fence:
         self._open = asyncio.Event()
         self._open.set()
         self._waiting = 0
-        self._in_flight: set[asyncio.Task] = set()
+        self._in_flight: set[_Flight] = set()
 
     async def admit(self) -> str | None:
         """Wait while paused (up to `wait_seconds`, then Paused); the policy version the call is sent under."""
@@ -62,25 +70,31 @@ class Fence:
         return self.policy_version
 
     async def upstream(self, call: Awaitable[T]) -> T:
-        """`call`, counted in flight; Aborted when a pause cancels it (a caller's own cancel propagates)."""
-        task = asyncio.ensure_future(call)
-        self._in_flight.add(task)
+        """`call`, counted in flight; Aborted when a pause cancels it (a caller's own cancel propagates).
+
+        Awaited in the caller's task, not a task of its own (one less task and loop turn per call: ~0.03 ms
+        of a lone call); a pause cancels that task, and the cancel is taken back here (`uncancel`)."""
+        task = asyncio.current_task()
+        assert task is not None, "the fence runs on the gateway's event loop"
+        flight = _Flight(task)
+        self._in_flight.add(flight)
         try:
-            return await task
+            return await call
         except asyncio.CancelledError:
-            if _cancelling():
-                raise
-            raise Aborted("aborted by a pause of the gateway for a weight update") from None
+            if flight.aborted and task.uncancel() == 0:  # the pause's cancel, and no other
+                raise Aborted("aborted by a pause of the gateway for a weight update") from None
+            raise
         finally:
-            self._in_flight.discard(task)
+            self._in_flight.discard(flight)
 
     def pause(self, abort: bool = False) -> int:
         """Stop admitting calls; with `abort`, cancel those upstream. Returns how many were cancelled."""
         self._open.clear()
         if not abort:
             return 0
-        for task in self._in_flight:
-            task.cancel()
+        for flight in self._in_flight:
+            flight.aborted = True
+            flight.task.cancel()
         return len(self._in_flight)
 
     def resume(self, policy_version: str | None) -> None:
@@ -91,9 +105,3 @@ class Fence:
 
     def status(self) -> FenceStatus:
         return FenceStatus(not self._open.is_set(), self.policy_version, self._waiting, len(self._in_flight))
-
-
-def _cancelling() -> bool:
-    """Whether the running task is itself being cancelled (its client went away), not the call it awaits."""
-    current = asyncio.current_task()
-    return current is not None and current.cancelling() > 0

@@ -3,6 +3,7 @@ version, calls in flight finishing or aborted, new calls waiting or answered 503
 
 from __future__ import annotations
 
+import asyncio
 import json
 import subprocess
 import sys
@@ -14,6 +15,7 @@ import live
 import openai
 import pytest
 from tracetap.capture.admin import Refused, control_for
+from tracetap.capture.fence import Aborted, Fence
 from tracetap.store import StoreReader
 
 UPSTREAM_SECONDS = 1.5
@@ -189,3 +191,43 @@ def test_a_session_across_a_weight_update_is_trainable_within_its_max_staleness(
     assert {trace["status"] for trace in traces} == {status}
     spans = [json.loads(trace["metadata_json"])["spans"] for trace in traces]
     assert [[span["policy_version"] for span in trace_spans] for trace_spans in spans] == [["1"], ["2"]]
+
+
+async def _fenced_call(fence: Fence, started: asyncio.Event) -> str:
+    """A call upstream under the fence that takes a while; then a later wait in the same task."""
+    async def slow() -> str:
+        started.set()
+        await asyncio.sleep(5)
+        return "answer"
+
+    try:
+        return await fence.upstream(slow())
+    except Aborted:
+        await asyncio.sleep(0.01)  # the task is not left cancelled: later waits in it still work
+        return f"aborted, {asyncio.current_task().cancelling()} cancel requests left"
+
+
+async def _pause_while_upstream(abort: bool, cancel_caller: bool) -> tuple[str, int]:
+    fence, started = Fence(), asyncio.Event()
+    task = asyncio.create_task(_fenced_call(fence, started))
+    await started.wait()
+    cancelled = fence.pause(abort=abort)
+    if cancel_caller:
+        task.cancel()  # its client went away
+    if not abort and not cancel_caller:
+        task.cancel()
+        return "finishes", cancelled
+    try:
+        return await task, cancelled
+    except asyncio.CancelledError:
+        return "cancelled", cancelled
+
+
+@pytest.mark.parametrize("abort, cancel_caller, outcome", [
+    (True, False, ("aborted, 0 cancel requests left", 1)),
+    (False, True, ("cancelled", 0)),
+    (True, True, ("cancelled", 1)),  # a client that went away stays a cancel, never a recorded abort
+    (False, False, ("finishes", 0)),
+])
+def test_an_aborting_pause_is_the_call_s_abort_and_nothing_else(abort, cancel_caller, outcome):
+    assert asyncio.run(_pause_while_upstream(abort, cancel_caller)) == outcome
