@@ -13,11 +13,13 @@ import asyncio
 import gc
 import logging
 import sys
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from mitmproxy import ctx, http
+from mitmproxy.net.http import status_codes
 from tracetap.capture.admin import control_for
 from tracetap.capture.content_coding import too_large
 from tracetap.capture.engine_pool import EnginePool
@@ -147,7 +149,7 @@ class Gateway:
             _retarget(flow.request, self.streams.host, self.streams.port, self.streams.register(reply))
             flow.metadata[STREAMED] = True
         else:
-            flow.response = _response(reply)
+            flow.response = response_of(reply)
 
     def responseheaders(self, flow: http.HTTPFlow) -> None:
         if flow.metadata.get(STREAMED) and flow.response is not None:
@@ -168,7 +170,7 @@ class Gateway:
             message = str(too_large(self.settings.max_body if self.settings else MAX_BODY))
         else:
             message = "malformed HTTP request: " + message.partition(". ")[0]
-        return _response(error_reply(api, status, message, _PROTOCOL_ERROR_KINDS.get(status, "internal")))
+        return response_of(error_reply(api, status, message, _PROTOCOL_ERROR_KINDS.get(status, "internal")))
 
     async def done(self) -> None:
         if self._compaction is not None:
@@ -196,7 +198,7 @@ def request_api(request: http.Request) -> str:
 
 def error_response(request: http.Request, status: int, message: str, kind: str) -> http.Response:
     """An error the gateway sends itself, in the caller's API shape."""
-    return _response(error_reply(request_api(request), status, message, kind))
+    return response_of(error_reply(request_api(request), status, message, kind))
 
 
 def _retarget(request: http.Request, host: str, port: int, path: str) -> None:
@@ -207,5 +209,12 @@ def _retarget(request: http.Request, host: str, port: int, path: str) -> None:
     request.content = b""
 
 
-def _response(reply: Reply) -> http.Response:
-    return http.Response.make(reply.status, reply.body, reply.headers)
+def response_of(reply: Reply) -> http.Response:
+    """mitmproxy's response for a reply, built directly: `Response.make` sets the body through its
+    content-coding setter and then rescans the headers for its length (~7 us a call)."""
+    fields = [(name.encode("utf-8", "surrogateescape"), value.encode("utf-8", "surrogateescape"))
+              for name, value in reply.headers.items() if name.lower() != "content-length"]
+    fields.append((b"content-length", str(len(reply.body)).encode()))
+    now = time.time()
+    reason = status_codes.RESPONSES.get(reply.status, "").encode()
+    return http.Response(b"HTTP/1.1", reply.status, reason, http.Headers(fields), reply.body, None, now, now)
