@@ -34,6 +34,7 @@ _QUERY_PARAM = re.compile(r"(?P<head>[?&;](?P<name>[A-Za-z0-9_.\-]+)=)(?P<value>
 
 
 _SEPARATORS = re.compile(r"[^a-z0-9]")
+MAX_VERDICTS = 4096  # keys whose verdict a Redactor remembers
 
 
 @functools.lru_cache(maxsize=4096)  # bodies repeat the same few keys on every call
@@ -47,10 +48,16 @@ class Redactor:
 
     def __init__(self, extra_keys: Iterable[str] = ()):
         self.names = SECRET_NAMES | {normalize_key(key) for key in extra_keys}
+        self._verdicts: dict[str, bool] = {}  # key -> is_secret: bodies repeat the same few keys
 
-    def is_secret(self, key: object) -> bool:
-        name = normalize_key(key)
-        return name in self.names or name.endswith(SECRET_SUFFIXES)
+    def is_secret(self, key: str) -> bool:
+        verdict = self._verdicts.get(key)
+        if verdict is None:
+            name = normalize_key(key)
+            verdict = name in self.names or name.endswith(SECRET_SUFFIXES)
+            if len(self._verdicts) < MAX_VERDICTS:  # bounded whatever keys clients invent
+                self._verdicts[key] = verdict
+        return verdict
 
     def redact(self, value: T) -> T:
         """A masked copy of `value`, of the same shape (the input is never changed)."""
@@ -79,7 +86,7 @@ class Redactor:
 
     def _masked_object(self, item: dict, names_fields: bool, pending: list) -> dict:
         """A copy of one object: secret values masked here, the rest queued for the walk."""
-        keeps_tokens = any(normalize_key(key) in _LOGPROB_FIELDS for key in item)
+        keeps_tokens = not _LOGPROB_FIELDS.isdisjoint(map(normalize_key, item))
         copy = {}
         for key, value in item.items():
             if value is not None and not names_fields and not keeps_tokens and self._masks(key, item):
@@ -89,7 +96,7 @@ class Redactor:
                 pending.append((copy, key, key == _SCHEMA_NAMES and isinstance(value, dict)))
         return copy
 
-    def _masks(self, key: object, item: dict) -> bool:
+    def _masks(self, key: str, item: dict) -> bool:
         if self.is_secret(key):
             return True
         return key == "value" and any(isinstance(item.get(n), str) and self.is_secret(item[n]) for n in _PAIR_NAMES)

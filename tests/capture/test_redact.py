@@ -6,6 +6,8 @@ from __future__ import annotations
 import copy
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from tracetap.capture.redact import MASK, Redactor, normalize_key, redact
 
 
@@ -79,3 +81,39 @@ def test_deep_nesting_does_not_exhaust_the_stack():
     for _ in range(depth):
         masked = masked["a"][0]
     assert masked == {"api_key": MASK}
+
+
+def _by_the_rules(redactor: Redactor, value: object, names_fields: bool = False) -> object:
+    """The module docstring's rules, written as plainly as they read (recursive): what `redact` must give."""
+    if isinstance(value, dict):
+        keeps_tokens = any(normalize_key(key) in ("logprob", "logprobability") for key in value)
+        out = {}
+        for key, item in value.items():
+            pair_secret = key == "value" and any(isinstance(value.get(n), str) and redactor.is_secret(value[n])
+                                                 for n in ("name", "key"))
+            if item is not None and not names_fields and not keeps_tokens and (redactor.is_secret(key) or pair_secret):
+                out[key] = MASK
+            else:
+                out[key] = _by_the_rules(redactor, item, key == "properties" and isinstance(item, dict))
+        return out
+    if isinstance(value, list):
+        return [_by_the_rules(redactor, item) for item in value]
+    return redactor.text(value) if isinstance(value, str) else value
+
+
+KEYS = st.sampled_from(["api_key", "apiKey", "token", "name", "key", "value", "properties", "logprob", "model",
+                        "content", "Authorization", "x", "set-cookie"])
+TEXTS = st.sampled_from(["plain", "X-Api-Key", "token", "https://u:pw@host/p", "see https://h/x?token=abc&b=1",
+                         "a?sig=1;auth=2", ""])
+JSON_VALUES = st.recursive(
+    st.one_of(st.none(), st.booleans(), st.integers(), TEXTS),
+    lambda children: st.lists(children, max_size=4) | st.dictionaries(KEYS, children, max_size=5), max_leaves=30)
+
+
+@settings(max_examples=400, deadline=None)
+@given(JSON_VALUES)
+def test_redaction_follows_its_rules_on_any_body(value):
+    """Whatever the body's shape: masked exactly by the rules, and the input left as it was."""
+    before = copy.deepcopy(value)
+    assert redact(value) == _by_the_rules(Redactor(), value)
+    assert value == before
