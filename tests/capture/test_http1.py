@@ -15,8 +15,10 @@ CHUNKED = (b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n"
            b"3\r\n{\"a\r\n4\r\n\": 1\r\n1\r\n}\r\n0\r\n\r\n")
 
 
-async def serve(answer: bytes, close_after: bool = False, delay: float = 0.0):
-    """A server answering every request with `answer`; counts connections it accepted."""
+async def serve(answer: bytes, close_after: bool = False, delay: float = 0.0, pieces: list[int] | None = None,
+                pause: float = 0.0):
+    """A server answering every request with `answer` after `delay` s (written in `pieces` of these sizes,
+    `pause` s apart, when given), closing after one answer when `close_after`; counts connections it accepted."""
     accepted = []
 
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -28,7 +30,13 @@ async def serve(answer: bytes, close_after: bool = False, delay: float = 0.0):
                                if line.lower().startswith(b"content-length:")), 0)
                 await reader.readexactly(length)
                 await asyncio.sleep(delay)
-                writer.write(answer)
+                rest = answer
+                for size in pieces or []:
+                    writer.write(rest[:size])
+                    rest = rest[size:]
+                    await writer.drain()
+                    await asyncio.sleep(pause)
+                writer.write(rest)
                 await writer.drain()
                 if close_after:
                     break
@@ -120,34 +128,10 @@ def test_path_prefix_and_bad_urls():
 
 async def exchange_twice(answer: bytes, method: str = "POST", pieces: list[int] | None = None,
                          pause: float = 0.0, closes: bool = False) -> tuple[list[tuple[int, bytes]], int]:
-    """Two requests through one pool to a server answering each with `answer` (written in `pieces` of
-    these sizes, `pause` seconds apart, when given; then closing the connection when `closes`);
+    """Two requests through one pool to `serve(answer, closes, pieces=pieces, pause=pause)`;
     (each (status, body)), connections accepted)."""
-    accepted = []
-
-    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        accepted.append(writer)
-        try:
-            while True:
-                head = await reader.readuntil(b"\r\n\r\n")
-                length = next((int(line.split(b":")[1]) for line in head.split(b"\r\n")
-                               if line.lower().startswith(b"content-length:")), 0)
-                await reader.readexactly(length)
-                rest = answer
-                for size in pieces or [len(answer)]:
-                    writer.write(rest[:size])
-                    rest = rest[size:]
-                    await writer.drain()
-                    await asyncio.sleep(pause)
-                writer.write(rest)
-                if closes:
-                    break
-        except (asyncio.IncompleteReadError, ConnectionError):
-            pass
-        writer.close()
-
-    server = await asyncio.start_server(handle, "127.0.0.1", 0)
-    pool = Pool(f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}")
+    server, url, accepted = await serve(answer, closes, pieces=pieces, pause=pause)
+    pool = Pool(url)
     try:
         answers = []
         for _ in range(2):
