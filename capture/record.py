@@ -21,7 +21,7 @@ from datetime import UTC, datetime
 from urllib.parse import urlencode
 
 from tracetap.capture.jsontext import dumps, escape_surrogates
-from tracetap.capture.redact import DEFAULT, Redactor
+from tracetap.capture.redact import DEFAULT, Redactor, Seen
 from tracetap.capture.upstream import TokenCapture
 from tracetap.store import TABLES, empty_row
 
@@ -67,6 +67,7 @@ class Call:
     partial: bool = False  # cut short mid-stream: its capture holds what was sampled until then
     harness_ids: dict = field(default_factory=dict)  # the harness's own session / sub-agent ids
     metadata: dict = field(default_factory=dict)  # from the upstream (a replay's capture_mode and source)
+    redacted: Seen = field(default_factory=dict)  # the call's redaction memo: its bodies share parts
     created_at: datetime = field(default_factory=lambda: datetime.now(UTC))
     started: float = field(default_factory=time.perf_counter)
 
@@ -93,7 +94,7 @@ def build_row(call: Call, capture_mode: str = "live", redactor: Redactor = DEFAU
     row.update({name: redactor.text(row[name]) for name in _TEXT_COLUMNS if row[name] is not None})
     storable = {name: escape_surrogates(v) if isinstance(v, str) else v for name, v in row.items()}
     storable.update({name: _storable(row[name]) for name in _NESTED_TEXT})
-    storable.update({name: _json(redactor.redact(value)) for name, value in bodies.items()})
+    storable.update({name: _json(redactor.redact(value, call.redacted)) for name, value in bodies.items()})
     # `dumps` escapes: JSON text is stored as it is, and the text sent upstream is not encoded twice
     storable["chat_request_json"] = call.chat_request_json or _json(call.chat_request)
     return storable

@@ -19,6 +19,7 @@ from collections.abc import Iterable
 from typing import Any, TypeVar
 
 T = TypeVar("T")
+Seen = dict[tuple[int, bool], tuple[Any, Any]]  # (id, schema field names) -> (original, its masked copy)
 MASK = "[redacted]"
 SECRET_NAMES = frozenset({
     "key", "sig", "auth", "token", "bearer", "cookie", "passwd", "password", "secret", "credentials",
@@ -59,21 +60,36 @@ class Redactor:
                 self._verdicts[key] = verdict
         return verdict
 
-    def redact(self, value: T) -> T:
-        """A masked copy of `value`, of the same shape (the input is never changed)."""
+    def redact(self, value: T, seen: Seen | None = None) -> T:
+        """A masked copy of `value`, of the same shape (the input is never changed).
+
+        `seen`, a memo one call keeps for its walks, hands back the copy of an array or object already
+        walked in the same place (the body sent upstream and the stored request share most of theirs:
+        a long request is then walked once, not twice)."""
         top: list[Any] = [value]
         pending: list[tuple[Any, Any, bool]] = [(top, 0, False)]  # (list or dict, its index or key, ...)
         while pending:
             parent, slot, names_fields = pending.pop()
             item = parent[slot]
-            if isinstance(item, dict):
-                parent[slot] = self._masked_object(item, names_fields, pending)
-            elif isinstance(item, list):
-                parent[slot] = copy = list(item)
-                pending.extend((copy, index, False) for index in range(len(copy)))
-            elif isinstance(item, str):
+            if isinstance(item, str):
                 parent[slot] = self.text(item)
+            elif isinstance(item, (dict, list)):
+                parent[slot] = self._copied(item, names_fields, pending, seen)
         return top[0]
+
+    def _copied(self, item: dict | list, names_fields: bool, pending: list, seen: Seen | None) -> dict | list:
+        """A container's masked copy, its members queued for the walk (or the copy `seen` already holds)."""
+        key = (id(item), names_fields)  # where it sits matters: the fields a schema names are not secrets
+        if seen is not None and (known := seen.get(key)) is not None and known[0] is item:
+            return known[1]
+        if isinstance(item, dict):
+            copy: dict | list = self._masked_object(item, names_fields, pending)
+        else:
+            copy = list(item)
+            pending.extend((copy, index, False) for index in range(len(copy)))
+        if seen is not None:
+            seen[key] = (item, copy)  # the original kept alive: its id is not reused while the memo lives
+        return copy
 
     def text(self, text: str) -> str:
         """A string with URL credentials and secret query parameters masked."""

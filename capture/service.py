@@ -34,7 +34,7 @@ from tracetap.capture.fence import RETRY_AFTER, Aborted, Fence, Paused
 from tracetap.capture.json_body import BodyError, parse_body
 from tracetap.capture.jsontext import dump_bytes
 from tracetap.capture.record import Call, build_row, display_path
-from tracetap.capture.redact import DEFAULT, Redactor
+from tracetap.capture.redact import DEFAULT, Redactor, Seen
 from tracetap.capture.registration import FieldError, parse_registration
 from tracetap.capture.sessions import SessionError, bind, harness_ids, labels, split_prefix
 from tracetap.capture.streaming import Collected, Ending, LiveStream, StreamReply
@@ -183,7 +183,8 @@ class GatewayService:
     async def _generate(self, request: Request, route: routes.Route, binding, data: dict) -> Reply | StreamReply:
         adapter = _adapter(route.api)
         ctx = await self._context(route, binding, data, request.created_at)
-        chat_request = self.redactor.redact(_translate(adapter, data, ctx))
+        redacted: Seen = {}
+        chat_request = self.redactor.redact(_translate(adapter, data, ctx), redacted)
         if binding.source in EXPLICIT_SOURCES:
             self.registered.add(binding.session_id)
         call = Call(session_id=binding.session_id, api=route.api,
@@ -192,7 +193,7 @@ class GatewayService:
                     user_agent=request.headers.get("user-agent"), session_source=binding.source,
                     served_model=ctx.served_model, chat_request=chat_request, labels=request.labels,
                     harness_ids=harness_ids(request.headers), created_at=request.created_at,
-                    started=request.received)
+                    started=request.received, redacted=redacted)
         if route.stream and self.upstream.streams_tokens:
             return await self._streamed(request, call, adapter, ctx, chat_request)
         return await self._answered_whole(request, call, adapter, ctx, chat_request)

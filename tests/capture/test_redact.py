@@ -117,3 +117,27 @@ def test_redaction_follows_its_rules_on_any_body(value):
     before = copy.deepcopy(value)
     assert redact(value) == _by_the_rules(Redactor(), value)
     assert value == before
+
+
+@settings(max_examples=300, deadline=None)
+@given(JSON_VALUES, JSON_VALUES)
+def test_a_call_s_memo_changes_nothing_but_the_work(first, second):
+    """Two bodies sharing parts (as the body sent upstream and the stored request do), redacted with one
+    memo: each exactly as without it, shared parts included wherever they sit."""
+    shared = {"messages": [first, second], "tools": second}
+    other = {"model": "m", "messages": shared["messages"], "schema": {"properties": second}, "extra": [first]}
+    redactor, seen = Redactor(), {}
+    assert redactor.redact(shared, seen) == redact(shared)
+    assert redactor.redact(other, seen) == redact(other)
+
+
+def test_a_part_already_walked_is_reused_and_a_schema_s_field_names_stay_apart():
+    message = {"role": "user", "content": "see https://u:pw@host/x"}
+    fields = {"api_key": {"type": "string"}}
+    sent = {"messages": [message], "tools": [{"parameters": {"properties": fields}}]}
+    stored = {"messages": [message], "api": fields}
+    redactor, seen = Redactor(), {}
+    sent_copy, stored_copy = redactor.redact(sent, seen), redactor.redact(stored, seen)
+    assert stored_copy["messages"][0] is sent_copy["messages"][0]  # walked once
+    assert sent_copy["tools"][0]["parameters"]["properties"] == {"api_key": {"type": "string"}}
+    assert stored_copy["api"] == {"api_key": MASK}  # the same object, elsewhere: masked there
