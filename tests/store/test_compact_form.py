@@ -11,7 +11,7 @@ import pytest
 from compact_sessions import session_calls
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from tracetap.store import StoreWriter, connect, scan
+from tracetap.store import StoreWriter, compact_form, connect, scan
 from tracetap.store.compact_form import MAX_KEYS, MAX_TIPS, History, chunk_spans, encode_row, join_body
 from tracetap.store.paths import session_dir
 from tracetap.store.reading import read_session
@@ -126,3 +126,20 @@ def test_a_call_whose_write_fails_is_never_referred_to(writer, root):
                                   "request_json": '{"messages": ["\ud800 is no UTF-8 at all"]}'})
     rows += [writer.record_completion({"session_id": "s", "status": "ok", "prompt_token_ids": prompts[3]})]
     assert read_session(session_dir(root, "completions", "s")).to_pylist() == rows
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.lists(st.integers(0, 40), max_size=12), max_size=30))
+def test_the_key_lookup_agrees_with_remembering_in_order(batches):
+    """Bodies' chunk keys looked up and the unknown ones remembered, as encode_body does: the answers are a
+    plain first-in-first-out memory's, forgetting included (MAX_KEYS made small here)."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(compact_form, "MAX_KEYS", 16)
+        history, memory = History(), list[bytes]()
+        for batch in batches:
+            keys = [n.to_bytes(8, "little") for n in batch]
+            assert history.known(keys) == [key in memory for key in keys]
+            new = list(dict.fromkeys(key for key in keys if key not in memory))
+            history.remember(new)
+            memory = (memory + new)[-16:]
+            assert bytes(history.keys) == b"".join(memory)
