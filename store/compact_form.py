@@ -200,8 +200,9 @@ def encode_body(history: History, text: str | None, blobs: list[dict]) -> dict:
     new = {key: chunk for key, chunk, known in zip(keys, chunks, history.known(keys), strict=True) if not known}
     history.remember(list(new))  # a chunk sent twice in one body is stored once (dict keys: its first)
     blobs += [{"key": key_int(key), "text": chunk} for key, chunk in new.items()]
-    between = zip([0, *(end for _, end in body_spans)], [*(start for start, _ in body_spans), len(text)], strict=True)
-    return {"template": PLACEHOLDER.join(text[start:end] for start, end in between), "refs": list(map(key_int, keys))}
+    gaps = zip([0, *(end for _, end in body_spans)], [*(start for start, _ in body_spans), len(text)], strict=True)
+    template = PLACEHOLDER.join(text[start:end] for start, end in gaps)  # the text around the chunks
+    return {"template": template, "refs": [key_int(key) for key in keys]}
 
 
 def encode_row(history: History, full: dict) -> dict:
