@@ -2,11 +2,13 @@
 
     python benchmarks/compact_encoding.py [--messages 100 500 2000] [--repeat 20]
 
-Each agent call resends the whole conversation, so a session of N messages sends bodies of N chunks, all but
-the newest stored before. Records calls whose `request_json` and `chat_request_json` hold such a body through
-the real StoreWriter (the compact encoding cuts both into chunks, hashes them and looks each key up in the
-session's memory; then the row check, the log line, the append and fdatasync) after a first call that stored
-the chunks. Median of `--repeat` calls, one process, a temporary store; prints a Markdown table.
+Each agent call resends the whole conversation with the newest turn added, so a session of N messages sends
+bodies of N chunks, all but the newest stored before. Records such calls (`request_json` and
+`chat_request_json` both holding the body, each call two messages longer than the one before) through the
+real StoreWriter (the compact encoding finds what the body repeats of the previous call's, cuts the rest into
+chunks, hashes them and looks each key up in the session's memory; then the row check, the log line, the
+append and fdatasync) after a first call that stored the first N messages. Median of `--repeat` calls, one
+process, a temporary store; prints a Markdown table.
 """
 
 from __future__ import annotations
@@ -26,15 +28,19 @@ def body(messages: int) -> str:
     return dumps({"model": "m", "messages": turns})
 
 
-def seconds_per_call(messages: int, repeat: int) -> float:
+def row(messages: int) -> dict:
     text = body(messages)
-    row = {"session_id": "long", "status": "ok", "request_json": text, "chat_request_json": text}
+    return {"session_id": "long", "status": "ok", "request_json": text, "chat_request_json": text}
+
+
+def seconds_per_call(messages: int, repeat: int) -> float:
+    calls = [row(messages + 2 * turn) for turn in range(repeat + 1)]
     with tempfile.TemporaryDirectory() as tmp, StoreWriter(tmp) as writer:
-        writer.record_completion(dict(row))  # the session stored the chunks on earlier calls
+        writer.record_completion(calls[0])  # the session stored the first messages on earlier calls
         times = []
-        for _ in range(repeat):
+        for call in calls[1:]:
             start = time.perf_counter()
-            writer.record_completion(dict(row))
+            writer.record_completion(call)
             times.append(time.perf_counter() - start)
     return statistics.median(times)
 

@@ -8,36 +8,32 @@ its own thread, a retry to the prompt it repeats, a rewritten or re-tokenized hi
 kept; under MIN_SHARED tokens there is no reference and the suffix is the whole prompt.
 
 JSON bodies (`request_json`, `chat_request_json`): the string is cut on exact character spans, never
-re-serialized: every item of a top-level array (messages, tools, contents, input) and every long
-top-level value (a system prompt) is a chunk, content-addressed by a 64-bit hash; the body keeps a
+re-serialized (store/body_chunks.py), each chunk content-addressed by a 64-bit hash; the body keeps a
 template (the text between chunks, each chunk replaced by PLACEHOLDER) and the list of chunk keys.
 A chunk's text is stored once per session, in `json_blobs` of the first call that sent it.
 
-The writer keeps one History per cached session: a few chain tips as int32 bytes and the keys of
-the chunks already stored, both bounded. A fresh History (after a restart or an eviction) is always
-valid: it only means new references start from scratch.
+The writer keeps one History per cached session: a few chain tips as int32 bytes, the keys of the
+chunks already stored, and the last body of each kind with its chunks (what the next call's body
+mostly repeats), all bounded. A fresh History (after a restart or an eviction) is always valid: it
+only means new references start from scratch.
 """
 
 from __future__ import annotations
 
 import hashlib
-import json
-import re
+import sys
 from dataclasses import dataclass, field
 
 import numpy as np
+from tracetap.store.body_chunks import PLACEHOLDER, Body, chunk_spans, repeated_chunks, template
 
 MIN_SHARED = 64  # tokens: a shorter shared prefix is not worth a reference
-MIN_CHUNK = 32  # characters: shorter JSON values stay in the template
 MAX_TIPS = 4  # chain tips kept per session (main thread, sub-agents, branches)
 MAX_TIP_BYTES = 1 << 20  # int32 bytes of tips kept per session; the oldest tips go first
 MAX_KEYS = 16384  # chunk keys remembered per session (8 bytes each); forgotten ones are stored again
-PLACEHOLDER = "\x01"  # never in valid JSON text (raw control characters are not allowed)
+MAX_REMEMBERED_BODY = 1 << 20  # bytes of a body's str kept for the next call to skip (larger: not kept)
 BODIES = ("request_json", "chat_request_json")
 TOKEN_COLUMNS = ("prompt_ref_seq", "prompt_ref_len", "prompt_suffix_ids")
-
-_WHITESPACE = re.compile(r"[ \t\n\r]*")
-_DECODER = json.JSONDecoder()
 
 
 def template_column(body: str) -> str:
@@ -61,26 +57,29 @@ class History:
     tips: list[tuple[int, bytes]] = field(default_factory=list)  # (seq, int32 sequence), oldest first
     keys: bytearray = field(default_factory=bytearray)  # 8-byte chunk keys already stored, oldest first
     _sorted: np.ndarray | None = field(default=None, repr=False, compare=False)  # `keys` sorted, for lookups
+    bodies: dict[str, Body] = field(default_factory=dict)  # the last body of each kind (BODIES)
 
-    def known(self, keys: list[bytes]) -> list[bool]:
-        """Whether each key is stored already, by binary search in the sorted keys: a scan of the remembered
-        bytes per chunk made a call cost the square of its session's messages (2,000: 4.8 ms a body)."""
-        if not keys or not self.keys:
-            return [False] * len(keys)
+    def known(self, keys: bytes) -> np.ndarray:
+        """Whether each key (8 bytes each, concatenated) is stored already, by binary search in the sorted
+        keys: a scan of the remembered bytes per chunk made a call cost the square of its session's
+        messages (2,000: 4.8 ms a body)."""
+        wanted = np.frombuffer(keys, dtype="<u8")
+        if not self.keys:
+            return np.zeros(len(wanted), dtype=bool)
         if self._sorted is None:
             self._sorted = np.sort(np.frombuffer(self.keys, dtype="<u8"))
-        wanted = np.frombuffer(b"".join(keys), dtype="<u8")
         found = np.minimum(np.searchsorted(self._sorted, wanted), len(self._sorted) - 1)
-        return (self._sorted[found] == wanted).tolist()
+        return self._sorted[found] == wanted
 
-    def remember(self, keys: list[bytes]) -> None:
-        """Keys just stored (none known yet, no repeats); past MAX_KEYS the oldest are forgotten."""
-        self.keys += b"".join(keys)
+    def remember(self, keys: bytes) -> None:
+        """Keys just stored (none known yet, no repeats; 8 bytes each, concatenated); past MAX_KEYS the
+        oldest are forgotten."""
+        self.keys += keys
         if len(self.keys) > MAX_KEYS * 8:
             del self.keys[: len(self.keys) - MAX_KEYS * 8]
             self._sorted = None  # sorted again at the next lookup
         elif self._sorted is not None and keys:
-            added = np.sort(np.frombuffer(b"".join(keys), dtype="<u8"))
+            added = np.sort(np.frombuffer(keys, dtype="<u8"))
             self._sorted = np.insert(self._sorted, np.searchsorted(self._sorted, added), added)
 
 
@@ -133,53 +132,6 @@ def encode_tokens(history: History, seq: int, prompt, completion) -> dict:
             "prompt_suffix_ids": ids[shared:].tolist()}
 
 
-def _skip(text: str, at: int) -> int:
-    """The index of the first non-blank character at or after `at`."""
-    blank = _WHITESPACE.match(text, at)
-    return blank.end() if blank else at
-
-
-def _value_spans(text: str, at: int, spans: list[tuple[int, int]]) -> int:
-    """Scan one top-level member value at `at`: array items, or the value itself, become chunks."""
-    if text[at] != "[":
-        end = _DECODER.raw_decode(text, at)[1]
-        if end - at >= MIN_CHUNK:
-            spans.append((at, end))
-        return end
-    at = _skip(text, at + 1)
-    while text[at] != "]":
-        end = _DECODER.raw_decode(text, at)[1]
-        if end - at >= MIN_CHUNK:
-            spans.append((at, end))
-        at = _skip(text, end)
-        if text[at] == ",":
-            at = _skip(text, at + 1)
-        elif text[at] != "]":
-            raise ValueError("expected , or ]")
-    return at + 1
-
-
-def chunk_spans(text: str) -> list[tuple[int, int]] | None:
-    """Character spans of the chunks of a JSON object body; None when it is no JSON object."""
-    try:
-        at = _skip(text, 0)
-        if text[at] != "{":
-            return None
-        at, spans = _skip(text, at + 1), list[tuple[int, int]]()
-        while text[at] != "}":
-            at = _skip(text, _DECODER.raw_decode(text, at)[1])  # the member's name
-            if text[at] != ":":
-                return None
-            at = _skip(text, _value_spans(text, _skip(text, at + 1), spans))
-            if text[at] == ",":
-                at = _skip(text, at + 1)
-            elif text[at] != "}":
-                return None
-        return spans if _skip(text, at + 1) == len(text) else None
-    except (ValueError, IndexError):
-        return None
-
-
 def chunk_key(chunk: str) -> bytes:
     # surrogatepass: a lone surrogate is no UTF-8; the schema check then rejects the row as before
     return hashlib.blake2b(chunk.encode("utf-8", "surrogatepass"), digest_size=8).digest()
@@ -190,19 +142,29 @@ def key_int(key: bytes) -> int:
     return int.from_bytes(key, "little", signed=True)
 
 
-def encode_body(history: History, text: str | None, blobs: list[dict]) -> dict:
-    """One JSON body's stored columns; chunks the session has not stored yet go to `blobs`."""
-    body_spans = chunk_spans(text) if isinstance(text, str) and PLACEHOLDER not in text else None
-    if not body_spans or text is None:
+def encode_body(history: History, body: str, text: str | None, blobs: list[dict]) -> dict:
+    """One JSON body's stored columns; chunks the session has not stored yet go to `blobs`. Only what
+    follows the part this body repeats of the session's previous one (`body` names the kind) is parsed
+    and hashed: without that a long session's call cost grew with its whole conversation."""
+    previous = history.bodies.pop(body, None)
+    if not isinstance(text, str) or PLACEHOLDER in text:
         return {}  # stored as is
-    chunks = [text[start:end] for start, end in body_spans]
-    keys = [chunk_key(chunk) for chunk in chunks]
-    new = {key: chunk for key, chunk, known in zip(keys, chunks, history.known(keys), strict=True) if not known}
-    history.remember(list(new))  # a chunk sent twice in one body is stored once (dict keys: its first)
+    repeated = repeated_chunks(previous, text)
+    reused = len(repeated.ends) if repeated is not None else 0  # counted now: the parse adds to `repeated`
+    chunks = chunk_spans(text, repeated)
+    if chunks is None or not chunks.ends:
+        return {}  # stored as is
+    body_template = template(text, chunks, previous, reused)
+    chunks.keys += b"".join(chunk_key(text[start:end])
+                            for start, end in zip(chunks.starts[reused:], chunks.ends[reused:], strict=True))
+    new: dict[bytes, str] = {}  # a chunk sent twice in one body is stored once (dict keys: its first)
+    for index in np.flatnonzero(~history.known(chunks.keys)).tolist():
+        new.setdefault(chunks.keys[8 * index:8 * index + 8], text[chunks.starts[index]:chunks.ends[index]])
+    history.remember(b"".join(new))
     blobs += [{"key": key_int(key), "text": chunk} for key, chunk in new.items()]
-    gaps = zip([0, *(end for _, end in body_spans)], [*(start for start, _ in body_spans), len(text)], strict=True)
-    template = PLACEHOLDER.join(text[start:end] for start, end in gaps)  # the text around the chunks
-    return {"template": template, "refs": [key_int(key) for key in keys]}
+    if sys.getsizeof(text) <= MAX_REMEMBERED_BODY:
+        history.bodies[body] = Body(text, chunks, body_template)
+    return {"template": body_template, "refs": np.frombuffer(chunks.keys, dtype="<i8").tolist()}
 
 
 def encode_row(history: History, full: dict) -> dict:
@@ -212,7 +174,7 @@ def encode_row(history: History, full: dict) -> dict:
                                 full.get("completion_token_ids")))
     blobs: list[dict] = []
     for body in BODIES:
-        if encoded := encode_body(history, full.get(body), blobs):
+        if encoded := encode_body(history, body, full.get(body), blobs):
             stored.update({body: None, template_column(body): encoded["template"],
                            refs_column(body): encoded["refs"]})
     stored["json_blobs"] = blobs or None

@@ -4,8 +4,9 @@ Every completion is one line of the writer's group-commit log (store/commit_log.
 finish together share one append and one fdatasync, and `record_completion` returns once its line
 is durable; then the session's one-row summary is rewritten. The line holds the row's compact form
 (store/compact_form.py: only what is new since the session's earlier calls); each cached session keeps
-the encoder's History (at most 1 MiB of chain tips and 128 KiB of chunk keys, twice: in order and
-sorted; a session dropped from the cache starts a fresh one). Compaction moves the log rows into part
+the encoder's History (at most 1 MiB of chain tips, 128 KiB of chunk keys twice: in order and
+sorted, and the last body of each kind up to 1 MiB with 25 B a chunk of where its chunks are and their keys;
+a session dropped from the cache starts a fresh one). Compaction moves the log rows into part
 files (on close_session, compact_idle and eviction) and segments whose rows parts cover are deleted (a
 grace period later, as every file a compaction supersedes: store/retirement.py, so reads that listed it
 can still open it). A writer opening the store recovers the log a dead one left: its whole rows are

@@ -9,10 +9,11 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 from compact_sessions import session_calls
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from tracetap.store import StoreWriter, compact_form, connect, scan
-from tracetap.store.compact_form import MAX_KEYS, MAX_TIPS, History, chunk_spans, encode_row, join_body
+from tracetap.store.body_chunks import chunk_spans
+from tracetap.store.compact_form import MAX_KEYS, MAX_TIPS, History, chunk_key, encode_row, join_body
 from tracetap.store.paths import session_dir
 from tracetap.store.reading import read_session
 
@@ -93,7 +94,8 @@ def test_bodies_without_chunks_or_not_json_objects_are_stored_whole(text):
 
 def test_chunk_spans_cover_items_and_long_values_exactly():
     text = ' { "system" : "' + "s" * 40 + '" , "messages":[ {"x": "' + "m" * 30 + '"} ,\n 7 ] }\n'
-    spans = chunk_spans(text)
+    chunks = chunk_spans(text)
+    spans = list(zip(chunks.starts, chunks.ends, strict=True))
     assert [text[a:b] for a, b in spans] == ['"' + "s" * 40 + '"', '{"x": "' + "m" * 30 + '"}']
 
 
@@ -138,8 +140,51 @@ def test_the_key_lookup_agrees_with_remembering_in_order(batches):
         history, memory = History(), list[bytes]()
         for batch in batches:
             keys = [n.to_bytes(8, "little") for n in batch]
-            assert history.known(keys) == [key in memory for key in keys]
+            assert history.known(b"".join(keys)).tolist() == [key in memory for key in keys]
             new = list(dict.fromkeys(key for key in keys if key not in memory))
-            history.remember(new)
+            history.remember(b"".join(new))
             memory = (memory + new)[-16:]
             assert bytes(history.keys) == b"".join(memory)
+
+
+DIGITS = "1234567890" * 4  # a long number, and the longer one it is a prefix of (a chunk ending in a digit)
+ITEMS = st.one_of(st.sampled_from([int(DIGITS[:33]), int(DIGITS[:37]), "x" * 40, "x" * 41, [DIGITS] * 2]),
+                  st.text(min_size=0, max_size=50), st.dictionaries(st.sampled_from("abc"), st.text(max_size=40)))
+
+
+@st.composite
+def resent_bodies(draw):
+    """Bodies of one session: each resends a prefix of a shared conversation with items of its own after it,
+    the other members before or after the conversation, in various layouts."""
+    pool = draw(st.lists(ITEMS, max_size=12))
+    bodies = []
+    for _ in range(draw(st.integers(1, 6))):
+        kept = draw(st.integers(0, len(pool)))
+        members = {"model": "m", "messages": pool[:kept] + draw(st.lists(ITEMS, max_size=3)),
+                   "system": draw(st.sampled_from(["s" * 40, "s" * 41, 7]))}
+        order = draw(st.permutations(list(members)))
+        layout = draw(st.sampled_from([{}, {"indent": 1}, {"separators": (",", ":")}]))
+        bodies.append(json.dumps({name: members[name] for name in order}, **layout))
+    return bodies
+
+
+@settings(max_examples=300, deadline=None)
+@given(resent_bodies())
+@example([json.dumps({"messages": ["x" * 40, int(DIGITS[:33])]}), json.dumps({"messages": ["x" * 40, int(DIGITS)]})])
+def test_a_body_parsed_after_the_previous_one_has_the_chunks_a_fresh_parse_finds(bodies):
+    """Only what follows the part a body repeats of the previous one is parsed and hashed: the chunks and keys
+    are still exactly a fresh parse's, and each body is given back whole."""
+    history, stored = History(), []
+    for seq, text in enumerate(bodies):
+        stored.append(encode_row(history, {"seq": seq, "request_json": text}))
+        fresh = chunk_spans(text)
+        kept = history.bodies.get("request_json")
+        if fresh is None or not fresh.ends:
+            assert kept is None and stored[-1]["request_json"] == text
+            continue
+        assert kept is not None and kept.text is text
+        assert (kept.chunks.starts, kept.chunks.ends, kept.chunks.items) == (fresh.starts, fresh.ends, fresh.items)
+        assert kept.chunks.keys == b"".join(chunk_key(text[a:b]) for a, b in zip(fresh.starts, fresh.ends, strict=True))
+        blobs = {blob["key"]: blob["text"] for row in stored for blob in row["json_blobs"] or []}
+        texts = [blobs[key] for key in stored[-1]["request_json_refs"]]
+        assert join_body(stored[-1]["request_json_template"], texts) == text
