@@ -10,8 +10,10 @@ then `builders.runner.build` with prefix_merging and per_request, with the worke
 `tracetap build` would start (builders.runner.default_workers).
 The page cache is warm for all three (an untimed read of the store goes first). Reports tokens/s
 (prompt + sampled tokens of the store per second), the ratio to the scan, the RSS high-water mark of
-each process, bytes on disk per session and each builder's trace and training-token counts. Prints
-a Markdown table and a JSON line with the raw numbers. An existing `--out` with the same shape is
+each process, bytes on disk per session and each builder's trace and training-token counts. With
+`--phases N` (default 256) it also times a prefix_merging build's steps (read, route, write) in one
+process over N sessions against DuckDB scanning the same sessions on one thread. Prints a Markdown
+table and a JSON line with the raw numbers. An existing `--out` with the same shape is
 grown, not regenerated.
 """
 
@@ -31,8 +33,16 @@ from pathlib import Path
 
 import duckdb
 from synthetic_chat import Shape, session_id, write_sessions
-from tracetap.builders.runner import READ_BATCH, build, default_workers, list_sessions
-from tracetap.store import StoreReader, compact_store
+from tracetap.builders.runner import (
+    BUILDERS,
+    OUTPUT_FILE,
+    READ_BATCH,
+    build,
+    default_workers,
+    list_sessions,
+    load_batch,
+)
+from tracetap.store import StoreReader, compact_store, write_session_tables
 
 KINDS = ("scan", "prefix_merging", "per_request")
 LABELS = {"scan": "DuckDB scan (floor)", "prefix_merging": "prefix_merging", "per_request": "per_request"}
@@ -131,6 +141,34 @@ def grow(root: Path, sessions: int, shape: Shape, writers: int, staging: Path) -
             "compaction_left": len(merged), "compact_seconds": time.perf_counter() - start - written}
 
 
+def phases(root: Path, sessions: int) -> dict:
+    """CPU ms per session of a prefix_merging build's steps in this process, over the first `sessions`
+    sessions (read in READ_BATCH batches, written in the build's files), and of DuckDB scanning the same
+    sessions' token columns on one thread: where a build's time goes, against the floor."""
+    reader = StoreReader(root)
+    wanted = reader.session_ids()[:sessions]
+    totals = dict.fromkeys(["read", "route", "write", "scan"], 0.0)
+    for start in range(0, len(wanted), READ_BATCH):
+        batch = wanted[start:start + READ_BATCH]
+        marks = [time.process_time()]
+        loaded = load_batch(reader, batch)
+        marks.append(time.process_time())
+        built = [BUILDERS["prefix_merging"](rows, session=row) for rows, row in loaded]
+        marks.append(time.process_time())
+        traces = [(sid, session_traces) for sid, (session_traces, _) in zip(batch, built, strict=True)]
+        write_session_tables(root, "trajectories", traces, OUTPUT_FILE, builder="prefix_merging")
+        marks.append(time.process_time())
+        for step, begin, end in zip(["read", "route", "write"], marks, marks[1:], strict=False):
+            totals[step] += end - begin
+    chosen = {f"session_id={sid}" for sid in wanted}
+    files = [path for path in _completion_files(root) if Path(path).parent.name in chosen]
+    with duckdb.connect(config={"threads": 1}) as con:
+        begin = time.process_time()
+        con.execute(SCAN_SQL, [files]).fetchone()
+        totals["scan"] = time.process_time() - begin
+    return {step: seconds / len(wanted) * 1e3 for step, seconds in totals.items()}
+
+
 def run_stage(root: Path, sessions: int, shape: Shape, args: argparse.Namespace) -> dict:
     """Grow the store to `sessions`, then measure the scan and both builders."""
     stage = {"sessions": sessions, **grow(root, sessions, shape, args.writers, args.staging or root.parent)}
@@ -143,6 +181,8 @@ def run_stage(root: Path, sessions: int, shape: Shape, args: argparse.Namespace)
     for builder in KINDS[1:]:
         stage["results"][builder].update(trace_counts(root, builder))
     stage["checks"] = checks(stage)
+    if args.phases:
+        stage["phases_ms_per_session"] = phases(root, args.phases)
     return stage
 
 
@@ -191,7 +231,16 @@ def markdown(stages: list[dict], shape: Shape, repeat: int) -> str:
     for stage in stages:
         scan = stage["results"]["scan"]["seconds"]
         lines += [_table_row(stage, kind, scan) for kind in KINDS]
+    lines += [_phases_line(stage) for stage in stages if "phases_ms_per_session" in stage]
     return "\n".join(lines)
+
+
+def _phases_line(stage: dict) -> str:
+    ms = stage["phases_ms_per_session"]
+    build = ms["read"] + ms["route"] + ms["write"]
+    steps = ", ".join(f"{step} {ms[step]:.2f} ({ms[step] / ms['scan']:.2f}x)" for step in ("read", "route", "write"))
+    return (f"\n{stage['sessions']:,} sessions, CPU ms per session in one process (x the scan's {ms['scan']:.2f} on "
+            f"one thread): {steps}; the build {build:.2f} ({build / ms['scan']:.2f}x).")
 
 
 def _arguments() -> argparse.Namespace:
@@ -206,6 +255,8 @@ def _arguments() -> argparse.Namespace:
     parser.add_argument("--repeat", type=int, default=1, help="runs of each measurement (the median is reported)")
     parser.add_argument("--out", type=Path, help="benchmark directory (default: a new temp dir)")
     parser.add_argument("--keep", action="store_true", help="keep the store afterwards")
+    parser.add_argument("--phases", type=int, default=256, metavar="N",
+                        help="also time a build's steps in one process over N sessions (0: skip)")
     parser.add_argument("--measure", choices=KINDS, help=argparse.SUPPRESS)
     return parser.parse_args()
 

@@ -111,10 +111,10 @@ def table_rows(table: pa.Table) -> list[dict]:
 
 def load_session(store_root: StorePath | str, session_id: str) -> tuple[list[dict], dict | None]:
     """(the session's completion rows in seq order, its sessions row or None)."""
-    return _load_batch(StoreReader(store_root), [validate_session_id(session_id)])[0]
+    return load_batch(StoreReader(store_root), [validate_session_id(session_id)])[0]
 
 
-def _load_batch(reader: Reader, session_ids: list[str]) -> list[tuple[list[dict], dict | None]]:
+def load_batch(reader: Reader, session_ids: list[str]) -> list[tuple[list[dict], dict | None]]:
     """Each session's (completion rows, sessions row), read with one listing per table."""
     tables = reader.completions_of(session_ids, READ_COLUMNS)
     sessions = {row["session_id"]: row for row in reader.sessions(session_ids)}
@@ -185,7 +185,7 @@ def _build_batch(root: StorePath, builder: str, eot_id: int | None, decode: Deco
     """Build a few sessions' traces and write them with one sync; returns their stats. Runs in a worker
     process too."""
     built = [BUILDERS[builder](rows, eot_id=eot_id, session=session, decode=decode)
-             for rows, session in _load_batch(StoreReader(root), session_ids)]
+             for rows, session in load_batch(StoreReader(root), session_ids)]
     traces = [(sid, session_traces) for sid, (session_traces, _) in zip(session_ids, built, strict=True)]
     write_session_tables(root, "trajectories", traces, OUTPUT_FILE, builder=builder)
     return [stats for _, stats in built]
