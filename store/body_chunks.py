@@ -52,9 +52,9 @@ class Chunks:
         return Chunks(self.starts[:count], self.ends[:count], self.items[:count], self.keys[:8 * count])
 
 
-@dataclass
+@dataclass(eq=False)
 class Body:
-    """The last body of one kind a session sent, and its chunks: the next call resends most of it."""
+    """A body a session sent lately, and its chunks: the next call of its thread resends most of it."""
 
     text: str
     chunks: Chunks
@@ -100,16 +100,24 @@ def _common_prefix(a: str, b: str) -> int:
     return low
 
 
-def repeated_chunks(previous: Body | None, text: str) -> Chunks | None:
-    """The previous body's chunks this text repeats at the same places, up to the last that ends a string,
-    object or array (a number could go on in the new text): a conversation resent with more turns."""
-    if previous is None:
-        return None
+def _repeated_count(previous: Body, text: str) -> int:
+    """How many of the previous body's chunks this text repeats at the same places, up to the last that ends
+    a string, object or array (a number could go on in the new text)."""
     shared = _common_prefix(previous.text, text)
     count = bisect_right(previous.chunks.ends, shared)
     while count and previous.text[previous.chunks.ends[count - 1] - 1] not in '"]}':
         count -= 1
-    return previous.chunks.head(count) if count else None
+    return count
+
+
+def repeated_chunks(recent: list[Body], text: str) -> tuple[Body | None, Chunks | None]:
+    """The recent body this text repeats the most chunks of (a conversation resent with more turns; the
+    session's other threads, sub-agents and side calls, sent theirs in between), and those chunks."""
+    counts = [_repeated_count(body, text) for body in recent]
+    if not any(counts):
+        return None, None
+    best = max(range(len(recent)), key=counts.__getitem__)
+    return recent[best], recent[best].chunks.head(counts[best])
 
 
 def _items(text: str, at: int, chunks: Chunks) -> int:

@@ -13,8 +13,8 @@ template (the text between chunks, each chunk replaced by PLACEHOLDER) and the l
 A chunk's text is stored once per session, in `json_blobs` of the first call that sent it.
 
 The writer keeps one History per cached session: a few chain tips as int32 bytes, the keys of the
-chunks already stored, and the last body of each kind with its chunks (what the next call's body
-mostly repeats), all bounded. A fresh History (after a restart or an eviction) is always valid: it
+chunks already stored, and a few recent bodies of each kind with their chunks (what the next call of
+each thread mostly repeats), all bounded. A fresh History (after a restart or an eviction) is always valid: it
 only means new references start from scratch.
 """
 
@@ -31,7 +31,8 @@ MIN_SHARED = 64  # tokens: a shorter shared prefix is not worth a reference
 MAX_TIPS = 4  # chain tips kept per session (main thread, sub-agents, branches)
 MAX_TIP_BYTES = 1 << 20  # int32 bytes of tips kept per session; the oldest tips go first
 MAX_KEYS = 16384  # chunk keys remembered per session (8 bytes each); forgotten ones are stored again
-MAX_REMEMBERED_BODY = 1 << 20  # bytes of a body's str kept for the next call to skip (larger: not kept)
+MAX_BODIES = 4  # recent bodies kept per kind (threads of a session: main agent, sub-agents, side calls)
+MAX_BODY_BYTES = 1 << 20  # bytes of the recent bodies' str kept per kind; the oldest go first
 BODIES = ("request_json", "chat_request_json")
 TOKEN_COLUMNS = ("prompt_ref_seq", "prompt_ref_len", "prompt_suffix_ids")
 
@@ -57,7 +58,7 @@ class History:
     tips: list[tuple[int, bytes]] = field(default_factory=list)  # (seq, int32 sequence), oldest first
     keys: bytearray = field(default_factory=bytearray)  # 8-byte chunk keys already stored, oldest first
     _sorted: np.ndarray | None = field(default=None, repr=False, compare=False)  # `keys` sorted, for lookups
-    bodies: dict[str, Body] = field(default_factory=dict)  # the last body of each kind (BODIES)
+    bodies: dict[str, list[Body]] = field(default_factory=dict)  # recent bodies of each kind (BODIES), oldest first
 
     def known(self, keys: bytes) -> np.ndarray:
         """Whether each key (8 bytes each, concatenated) is stored already, by binary search in the sorted
@@ -142,14 +143,24 @@ def key_int(key: bytes) -> int:
     return int.from_bytes(key, "little", signed=True)
 
 
+def _keep(recent: list[Body], body: Body, extends: Body | None) -> None:
+    """Remember `body` as the latest of its kind in place of the one it extends; the oldest go past MAX_BODIES
+    or MAX_BODY_BYTES (a body larger than that is not kept)."""
+    if extends is not None:
+        recent.remove(extends)
+    recent.append(body)
+    while len(recent) > MAX_BODIES or sum(sys.getsizeof(kept.text) for kept in recent) > MAX_BODY_BYTES:
+        recent.pop(0)
+
+
 def encode_body(history: History, body: str, text: str | None, blobs: list[dict]) -> dict:
     """One JSON body's stored columns; chunks the session has not stored yet go to `blobs`. Only what
-    follows the part this body repeats of the session's previous one (`body` names the kind) is parsed
-    and hashed: without that a long session's call cost grew with its whole conversation."""
-    previous = history.bodies.pop(body, None)
+    follows the part this body repeats of one of the session's recent ones (`body` names the kind) is
+    parsed and hashed: without that a long session's call cost grew with its whole conversation."""
     if not isinstance(text, str) or PLACEHOLDER in text:
         return {}  # stored as is
-    repeated = repeated_chunks(previous, text)
+    recent = history.bodies.setdefault(body, [])
+    previous, repeated = repeated_chunks(recent, text)
     reused = len(repeated.ends) if repeated is not None else 0  # counted now: the parse adds to `repeated`
     chunks = chunk_spans(text, repeated)
     if chunks is None or not chunks.ends:
@@ -162,8 +173,7 @@ def encode_body(history: History, body: str, text: str | None, blobs: list[dict]
         new.setdefault(chunks.keys[8 * index:8 * index + 8], text[chunks.starts[index]:chunks.ends[index]])
     history.remember(b"".join(new))
     blobs += [{"key": key_int(key), "text": chunk} for key, chunk in new.items()]
-    if sys.getsizeof(text) <= MAX_REMEMBERED_BODY:
-        history.bodies[body] = Body(text, chunks, body_template)
+    _keep(recent, Body(text, chunks, body_template), previous)
     return {"template": body_template, "refs": np.frombuffer(chunks.keys, dtype="<i8").tolist()}
 
 

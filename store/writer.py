@@ -1,24 +1,23 @@
 """The durable, thread-safe writer the gateway records every call with.
 
-Every completion is one line of the writer's group-commit log (store/commit_log.py): calls that
-finish together share one append and one fdatasync, and `record_completion` returns once its line
-is durable; then the session's one-row summary is rewritten. The line holds the row's compact form
-(store/compact_form.py: only what is new since the session's earlier calls); each cached session keeps
-the encoder's History (at most 1 MiB of chain tips, 128 KiB of chunk keys twice: in order and
-sorted, and the last body of each kind up to 1 MiB with 25 B a chunk of where its chunks are and their keys;
-a session dropped from the cache starts a fresh one). Compaction moves the log rows into part
-files (on close_session, compact_idle and eviction) and segments whose rows parts cover are deleted (a
-grace period later, as every file a compaction supersedes: store/retirement.py, so reads that listed it
-can still open it). A writer opening the store recovers the log a dead one left: its whole rows are
-compacted, torn tails dropped. Session state lives in memory after its first touch, so a write never re-reads the store.
-Writes to one session are serialized: a session has at most one line in flight (seqs hit the disk in
-order, which compaction relies on, and a failed write gives its seq back without a gap); different
-sessions write in parallel. The gateway records from its event loop (`record_completion_async`): the row
-is encoded there and the committer wakes the loop when it is durable, so no thread waits per call.
-The summary row is rewritten by a background thread shortly after each call (it is derived: a writer
-opening the store recounts every row a crash left stale), and synchronously by register_session,
-close_session, flush and close. One writer process per store:
-a lock file enforces it.
+Every completion is one line of the writer's group-commit log (store/commit_log.py): calls that finish
+together share one append and one fdatasync, and `record_completion` returns once its line is durable; then
+the session's one-row summary is rewritten. The line holds the row's compact form (store/compact_form.py:
+only what is new since the session's earlier calls); each cached session keeps the encoder's History (at
+most 1 MiB of chain tips, 128 KiB of chunk keys twice: in order and sorted, and the 4 latest bodies of each
+kind, 1 MiB of text in all, with 25 B a chunk of where their chunks are and their keys; a session dropped
+from the cache starts a fresh one). Compaction moves the log rows into part files (on close_session,
+compact_idle and eviction) and segments whose rows parts cover are deleted (a grace period later, as every
+file a compaction supersedes: store/retirement.py, so reads that listed it can still open it). A writer
+opening the store recovers the log a dead one left: its whole rows are compacted, torn tails dropped.
+Session state lives in memory after its first touch, so a write never re-reads the store. Writes to one
+session are serialized: a session has at most one line in flight (seqs hit the disk in order, which
+compaction relies on, and a failed write gives its seq back without a gap); different sessions write in
+parallel. The gateway records from its event loop (`record_completion_async`): the row is encoded there and
+the committer wakes the loop when it is durable, so no thread waits per call. The summary row is rewritten
+by a background thread shortly after each call (it is derived: a writer opening the store recounts every row
+a crash left stale), and synchronously by register_session, close_session, flush and close. One writer
+process per store: a lock file enforces it.
 
 On an object store (`s3://bucket/prefix`, store/location.py) files are single PUTs and the log is one
 object per batch (store/commit_log.py), so gateways on several machines can share one store: there is

@@ -154,11 +154,12 @@ ITEMS = st.one_of(st.sampled_from([int(DIGITS[:33]), int(DIGITS[:37]), "x" * 40,
 
 @st.composite
 def resent_bodies(draw):
-    """Bodies of one session: each resends a prefix of a shared conversation with items of its own after it,
-    the other members before or after the conversation, in various layouts."""
-    pool = draw(st.lists(ITEMS, max_size=12))
+    """Bodies of one session: each resends a prefix of one of two conversations (threads taking turns) with
+    items of its own after it, the other members before or after the conversation, in various layouts."""
+    pools = [draw(st.lists(ITEMS, max_size=12)) for _ in range(2)]
     bodies = []
-    for _ in range(draw(st.integers(1, 6))):
+    for _ in range(draw(st.integers(1, 8))):
+        pool = pools[draw(st.integers(0, 1))]
         kept = draw(st.integers(0, len(pool)))
         members = {"model": "m", "messages": pool[:kept] + draw(st.lists(ITEMS, max_size=3)),
                    "system": draw(st.sampled_from(["s" * 40, "s" * 41, 7]))}
@@ -171,6 +172,8 @@ def resent_bodies(draw):
 @settings(max_examples=300, deadline=None)
 @given(resent_bodies())
 @example([json.dumps({"messages": ["x" * 40, int(DIGITS[:33])]}), json.dumps({"messages": ["x" * 40, int(DIGITS)]})])
+@example([json.dumps({"messages": ["x" * 40, "y" * 40]}), json.dumps({"messages": ["x" * 40, "z" * 40]}),
+          json.dumps({"messages": ["x" * 40, "y" * 40, "w" * 40]})])
 def test_a_body_parsed_after_the_previous_one_has_the_chunks_a_fresh_parse_finds(bodies):
     """Only what follows the part a body repeats of the previous one is parsed and hashed: the chunks and keys
     are still exactly a fresh parse's, and each body is given back whole."""
@@ -178,13 +181,31 @@ def test_a_body_parsed_after_the_previous_one_has_the_chunks_a_fresh_parse_finds
     for seq, text in enumerate(bodies):
         stored.append(encode_row(history, {"seq": seq, "request_json": text}))
         fresh = chunk_spans(text)
-        kept = history.bodies.get("request_json")
+        recent = history.bodies.get("request_json", [])
         if fresh is None or not fresh.ends:
-            assert kept is None and stored[-1]["request_json"] == text
+            assert all(body.text is not text for body in recent) and stored[-1]["request_json"] == text
             continue
-        assert kept is not None and kept.text is text
+        kept = recent[-1]
+        assert kept.text is text
         assert (kept.chunks.starts, kept.chunks.ends, kept.chunks.items) == (fresh.starts, fresh.ends, fresh.items)
         assert kept.chunks.keys == b"".join(chunk_key(text[a:b]) for a, b in zip(fresh.starts, fresh.ends, strict=True))
         blobs = {blob["key"]: blob["text"] for row in stored for blob in row["json_blobs"] or []}
         texts = [blobs[key] for key in stored[-1]["request_json_refs"]]
         assert join_body(stored[-1]["request_json_template"], texts) == text
+
+
+def test_a_thread_resending_its_conversation_after_another_threads_call_is_hashed_only_for_what_it_adds():
+    """A session's main agent and a side call (or a sub-agent) take turns: each call of a thread parses and
+    hashes only its new messages, though the other thread's body came in between."""
+    def message(thread: str, n: int) -> str:
+        return f"{thread} message {n} is long enough to be a chunk"
+
+    history, hashed, sent = History(), list[str](), {"main": 0, "side": 0}
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(compact_form, "chunk_key", lambda chunk: hashed.append(chunk) or chunk_key(chunk))
+        for seq, (thread, turns) in enumerate([("main", 20), ("side", 3), ("main", 22), ("side", 4), ("main", 24)]):
+            hashed.clear()
+            body = {"model": "m", "messages": [message(thread, n) for n in range(turns)]}
+            encode_row(history, {"seq": seq, "request_json": json.dumps(body)})
+            assert hashed == [json.dumps(message(thread, n)) for n in range(sent[thread], turns)]
+            sent[thread] = turns
