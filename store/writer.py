@@ -5,7 +5,7 @@ together share one append and one fdatasync, and `record_completion` returns onc
 the session's one-row summary is rewritten. The line holds the row's compact form (store/compact_form.py:
 only what is new since the session's earlier calls); each cached session keeps the encoder's History (at
 most 1 MiB of chain tips, 128 KiB of chunk keys twice: in order and sorted, and the 4 latest bodies of each
-kind, 1 MiB of text in all, with 25 B a chunk of where their chunks are and their keys; a session dropped
+kind, 1 MiB of text per kind, with 25 B a chunk of where their chunks are and their keys; a session dropped
 from the cache starts a fresh one). Compaction moves the log rows into part files (on close_session,
 compact_idle and eviction) and segments whose rows parts cover are deleted (a grace period later, as every
 file a compaction supersedes: store/retirement.py, so reads that listed it can still open it). A writer
