@@ -86,13 +86,13 @@ def _read_one(path: str | StorePath, target: pa.Schema) -> pa.Table:
 def _read_file(path: str | StorePath, target: pa.Schema) -> pa.Table:
     """A file that already stores the wanted columns with the store's types is read directly, on this
     thread (~1 ms a file cheaper than pq.read_table's dataset layer); an older layout is filled and cast."""
-    source = parquet_source(path)
-    with pq.ParquetFile(source) as handle:
+    with parquet_source(path) as source:
+        handle = pq.ParquetFile(source)
         stored = handle.schema_arrow
         if all(stored.get_field_index(f.name) >= 0 and stored.field(f.name).type == f.type for f in target):
             table = handle.read(columns=target.names, use_threads=False).select(target.names)
             return pa.Table.from_arrays(table.columns, schema=target)
-    return pq.read_table(source, columns=target.names, schema=target)
+        return pq.read_table(source, columns=target.names, schema=target)
 
 
 def read_version(root: StorePath) -> int | None:

@@ -176,11 +176,12 @@ def read_bytes(path: str | StorePath, start: int | None = None, end: int | None 
         return handle.read() if end is None else handle.read(end - (start or 0))
 
 
-def parquet_source(path: str | StorePath) -> str | pa.BufferReader:
-    """What pyarrow opens a Parquet file from: the local path, or the object's bytes (one GET)."""
+def parquet_source(path: str | StorePath) -> pa.NativeFile:
+    """A Parquet file opened once: the local file, or the object's bytes (one GET). Reading footer and
+    pages through one handle matters: a path opened twice can meet a file replaced in between."""
     import pyarrow as pa
 
-    return str(path) if _remote(path) is None else pa.BufferReader(read_bytes(path))
+    return pa.OSFile(str(path)) if _remote(path) is None else pa.BufferReader(read_bytes(path))
 
 
 def remove(path: str | StorePath) -> None:

@@ -113,7 +113,7 @@ def _data_digest(store: Path, path: Path) -> str | None:
     answered without a completion, which every call may bump), and is None when that is all it holds."""
     if path.relative_to(store).parts[0] != "sessions" or path.suffix != ".parquet":
         return hashlib.sha256(path.read_bytes()).hexdigest()
-    row = pq.read_table(path).to_pylist()[0]
+    row = pq.ParquetFile(path).read().to_pylist()[0]  # one open: the writer replaces this file as we read
     row.pop("unrecorded_json", None)
     if not row["completions"] and not any(row[k] for k in ("task_id", "harness", "metadata_json")):
         return None
@@ -126,10 +126,13 @@ def settled_snapshot(store: Path, timeout: float = 10.0) -> dict[str, str]:
     can race that save. Equal snapshots: no call wrote any data (counting unrecorded calls aside)."""
     previous, steady, deadline = None, 0, time.monotonic() + timeout
     while time.monotonic() < deadline:
-        digests = {str(p.relative_to(store)): _data_digest(store, p)
-                   for p in sorted(store.rglob("*")) if p.is_file() and p.name != ".writer.lock"}
-        current = {name: digest for name, digest in digests.items() if digest is not None}
-        quiet = current == previous and not any(name.endswith(".tmp") for name in current)
+        try:
+            digests = {str(p.relative_to(store)): _data_digest(store, p)
+                       for p in sorted(store.rglob("*")) if p.is_file() and p.name != ".writer.lock"}
+        except FileNotFoundError:  # a temp file renamed as we listed: the store is still changing
+            digests = None
+        current = None if digests is None else {name: d for name, d in digests.items() if d is not None}
+        quiet = current is not None and current == previous and not any(name.endswith(".tmp") for name in current)
         steady = steady + 1 if quiet else 0
         if steady == 3:  # unchanged for ~0.6 s: well past the writer's 50 ms batching of session rows
             return current

@@ -1,3 +1,5 @@
+import threading
+
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
@@ -115,3 +117,30 @@ def test_read_parquet_casts_a_file_written_with_other_types(tmp_path):
     table = read_parquet([path, fast], SESSIONS, ["session_id", "completions"])
     assert table.schema == pa.schema([storage_schema(SESSIONS).field(n) for n in ("session_id", "completions")])
     assert table.to_pylist() == [{"session_id": "s1", "completions": 3}, {"session_id": "s2", "completions": 4}]
+
+
+@pytest.mark.parametrize("layout", ["current", "older"])
+def test_a_file_replaced_while_read_is_read_whole_old_or_new(tmp_path, layout):
+    """The writer rewrites a session's row in place (temp + rename) while readers read it: each read
+    sees one complete version, also when an older layout is read and cast."""
+    path, stop = tmp_path / "x.parquet", threading.Event()
+
+    def table(count: int) -> pa.Table:
+        rows = _sessions_table(count)
+        return rows.drop_columns(["unrecorded_json"]) if layout == "older" else rows
+
+    def rewrite() -> None:
+        count = 0
+        while not stop.is_set():
+            count += 1
+            write_parquet_atomic(path, table(count))
+
+    write_parquet_atomic(path, table(0))
+    writer = threading.Thread(target=rewrite)
+    writer.start()
+    try:
+        counts = [read_parquet([path], SESSIONS).column("completions")[0].as_py() for _ in range(300)]
+    finally:
+        stop.set()
+        writer.join()
+    assert counts == sorted(counts) and len(set(counts)) > 1
