@@ -12,6 +12,7 @@ from pathlib import Path
 import anthropic
 import live
 import openai
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
@@ -97,9 +98,10 @@ def stored_text(store: Path) -> str:
     """Every stored byte as text: raw file bytes, and each Parquet file's columns decompressed."""
     parts = []
     for path in sorted(p for p in store.rglob("*") if p.is_file()):
-        parts.append(path.read_bytes().decode("latin-1"))
+        data = path.read_bytes()  # read once: the gateway may replace a session's row meanwhile
+        parts.append(data.decode("latin-1"))
         if path.suffix == ".parquet":
-            parts.append(json.dumps(pq.read_table(path).to_pylist(), default=str, ensure_ascii=False))
+            parts.append(json.dumps(pq.read_table(pa.BufferReader(data)).to_pylist(), default=str, ensure_ascii=False))
     return "\n".join(parts)
 
 
