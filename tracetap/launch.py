@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
 from dataclasses import dataclass, field
@@ -17,6 +19,7 @@ from typing import Self
 from tracetap.capture import READY_MARKER
 from tracetap.store import StorePath
 
+_READY = re.compile(re.escape(READY_MARKER) + r"http://[^\s]+:(\d+)\n")
 _DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # ignores *_PROXY in our own env
 
 
@@ -95,26 +98,26 @@ def _post(url: str, body: dict | None) -> dict:
 
 def start_gateway(store: StorePath, *args: str, port: int | None = None, timeout: float = 120.0,
                   env: dict | None = None, log_dir: Path | None = None) -> GatewayProcess:
-    """Run `tracetap gateway --store STORE ARGS...` and wait until it says it is ready. Its output goes
-    to `log_dir` (default: beside a local store; an object store needs one)."""
-    port = port or free_port()
+    """Run `tracetap gateway --store STORE ARGS...` and wait until it says it is ready. With no `port`
+    the gateway binds a free one itself and its ready line says which: a port picked here and bound
+    seconds later could be taken meanwhile. Its output goes to `log_dir` (default: beside a local
+    store; an object store needs one)."""
     if isinstance(store, Path):
         store.mkdir(parents=True, exist_ok=True)
         log_dir = log_dir or store.parent
     if log_dir is None:
         raise ValueError(f"a gateway over {store} needs a log_dir for its output")
-    log_path = log_dir / f"gateway-{port}.log"
+    handle, name = tempfile.mkstemp(prefix="gateway-", suffix=".log", dir=log_dir)
     cmd = [sys.executable, "-m", "tracetap.cli", "gateway", "--store", str(store),
-           "--listen", f"127.0.0.1:{port}", *args]
-    log = open(log_path, "wb")  # noqa: SIM115 - the child owns it for its lifetime
-    process = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT,
-                               env={**os.environ, **(env or {})})
-    log.close()
-    gateway = GatewayProcess(store, port, process, log_path, list(args))
+           "--listen", f"127.0.0.1:{port or 0}", *args]
+    with open(handle, "wb") as log:  # the child keeps its own copy of the descriptor
+        process = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})})
+    gateway = GatewayProcess(store, port or 0, process, Path(name), list(args))
     deadline = time.monotonic() + timeout
-    while READY_MARKER not in gateway.log():
+    while not (ready := _READY.search(gateway.log())):
         if process.poll() is not None or time.monotonic() > deadline:
             gateway.stop()
             raise RuntimeError(f"gateway did not start:\n{gateway.log()[-3000:]}")
         time.sleep(0.1)
+    gateway.port = int(ready.group(1))
     return gateway
