@@ -70,10 +70,9 @@ def _placeholder_at(chunks: Chunks, index: int) -> int:
 
 def template(text: str, chunks: Chunks, previous: Body | None, reused: int) -> str:
     """The text around the chunks, each chunk replaced by PLACEHOLDER; up to the last of the `reused`
-    chunks (the first ones, taken from `previous`) it is the previous body's template."""
-    skip = reused if previous is not None else 0
-    head = previous.template[:_placeholder_at(previous.chunks, skip - 1) + 1] if previous is not None and skip else ""
-    gaps = zip([0, *chunks.ends][skip:], [*chunks.starts, len(text)][skip:], strict=True)
+    chunks (the first ones, taken from `previous`; None when none is) it is the previous body's template."""
+    head = "" if previous is None else previous.template[:_placeholder_at(previous.chunks, reused - 1) + 1]
+    gaps = zip([0, *chunks.ends][reused:], [*chunks.starts, len(text)][reused:], strict=True)
     return head + PLACEHOLDER.join(text[start:end] for start, end in gaps)
 
 
