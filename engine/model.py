@@ -1,7 +1,8 @@
 """The tiny seeded random-weight Qwen3 model: real sampling and real logprobs on a CPU, nothing more.
 
 It stands in for a served model in development, tests and the demo; its text is gibberish by design.
-torch and transformers are imported lazily so `import engine` stays cheap.
+transformers makes the weights once (build_model); serving runs them through engine/qwen3.py, plain torch.
+torch is imported lazily so `import engine` stays cheap.
 """
 
 from __future__ import annotations
@@ -11,9 +12,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tracetap.engine.cache import build_once, home_dir
+
+if TYPE_CHECKING:
+    from tracetap.engine.qwen3 import Qwen3
 
 CONFIG: dict[str, Any] = {
     "vocab_size": 151936,
@@ -66,18 +70,15 @@ def load_model(vocab_limit: int, cache_dir: Path | None = None) -> TinyModel:
 @cache
 def _load(folder: Path, vocab_limit: int) -> TinyModel:
     """One instance per cache folder per process."""
-    from transformers import Qwen3ForCausalLM
-    from transformers.utils import logging as hf_logging
+    from tracetap.engine.qwen3 import Qwen3
 
-    hf_logging.disable_progress_bar()  # a progress bar for 24 tensors is noise in a server's log
-    model = Qwen3ForCausalLM.from_pretrained(str(build_once(folder, build_model)))
-    return TinyModel(model.eval(), vocab_limit)
+    return TinyModel(Qwen3(build_once(folder, build_model)), vocab_limit)
 
 
 class TinyModel:
     """Generation and forced-token scoring; one forward pass at a time (calls hold a lock)."""
 
-    def __init__(self, model: Any, vocab_limit: int) -> None:
+    def __init__(self, model: Qwen3, vocab_limit: int) -> None:
         self.model = model
         self.vocab_limit = vocab_limit  # ids from here on are embedding padding, never real tokens
         self._lock = threading.Lock()
@@ -92,14 +93,14 @@ class TinyModel:
         generator = torch.Generator().manual_seed(sampling.seed)
         steps: list[Step] = []
         with self._lock, torch.inference_mode():
-            out = self.model(input_ids=torch.tensor([prompt_ids]), use_cache=True, logits_to_keep=1)
+            hidden, cache = self.model.hidden(prompt_ids)
             while True:
-                logprobs = self._log_softmax(out.logits[0, -1])
+                logprobs = self._log_softmax(self.model.logits(hidden[-1]))
                 token = self._pick(logprobs, sampling, generator)
                 steps.append(Step(token, float(logprobs[token]), _top(logprobs, token, top_k)))
                 if len(steps) >= max_new_tokens or is_done(steps):
                     return steps
-                out = self.model(input_ids=torch.tensor([[token]]), cache=out.cache, use_cache=True)
+                hidden, cache = self.model.hidden([token], cache)
 
     def score(self, prompt_ids: list[int], forced_ids: list[int], top_k: int) -> list[Step]:
         """Logprobs of `forced_ids` following `prompt_ids`, from one forward pass (scripted replies)."""
@@ -108,12 +109,11 @@ class TinyModel:
         if not forced_ids:
             return []
         with self._lock, torch.inference_mode():
-            inputs = torch.tensor([prompt_ids + forced_ids[:-1]])
-            hidden = self.model.model(input_ids=inputs).last_hidden_state[0, -len(forced_ids):]
+            hidden = self.model.hidden(prompt_ids + forced_ids[:-1])[0][-len(forced_ids):]
             steps = []
             for start in range(0, len(forced_ids), SCORE_CHUNK):
                 tokens = forced_ids[start:start + SCORE_CHUNK]
-                logprobs = self._log_softmax(self.model.lm_head(hidden[start:start + SCORE_CHUNK]))
+                logprobs = self._log_softmax(self.model.logits(hidden[start:start + SCORE_CHUNK]))
                 for row, token in zip(logprobs, tokens, strict=True):
                     steps.append(Step(token, float(row[token]), _top(row, token, top_k)))
             return steps
