@@ -172,9 +172,12 @@ def compact_session(root: StorePath | str, sid: str, remover: Remover = remove_n
 
 
 def recorded_sessions(root: StorePath | str) -> list[str]:
-    """Ids of the sessions with completions (a completions directory, or rows in the log), sorted."""
+    """Ids of the sessions with completions (rows in the log, or a completions directory), sorted. The log
+    is read first: a segment compacted and deleted meanwhile had its rows in parts before, which the
+    directory listing then shows (listed the other way round, such a session could be in neither)."""
+    logged = logged_sessions(root)
     in_dirs = {session_of(directory)[1] for directory in partitions(root, "completions")}
-    return sorted(sid for sid in in_dirs | logged_sessions(root) if SESSION_ID_PATTERN.fullmatch(sid))
+    return sorted(sid for sid in logged | in_dirs if SESSION_ID_PATTERN.fullmatch(sid))
 
 
 def compact_store(root: StorePath | str) -> dict[str, int]:

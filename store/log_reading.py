@@ -100,8 +100,14 @@ def _index(path: StorePath) -> dict[str, list[Span]]:
 
 
 def segment_sessions(path: StorePath) -> dict[str, int]:
-    """{session: highest seq} over the whole rows of one segment."""
-    return {sid: max(seq for seq, _, _ in spans) for sid, spans in _index(path).items()}
+    """{session: highest seq} over the whole rows of one segment; none when it was deleted since it was
+    listed: a writer deletes a segment only once part files hold all its rows (a listing of the sessions'
+    directories made after this call shows them)."""
+    try:
+        spans = _index(path)
+    except FileNotFoundError:
+        return {}
+    return {sid: max(seq for seq, _, _ in lines) for sid, lines in spans.items()}
 
 
 def log_seqs(root: StorePath | str, sid: str) -> list[int]:
@@ -110,7 +116,8 @@ def log_seqs(root: StorePath | str, sid: str) -> list[int]:
 
 
 def logged_sessions(root: StorePath | str) -> set[str]:
-    """Every session with a whole row in the log."""
+    """Every session with a whole row in the log (a segment deleted meanwhile counts as none: list the
+    sessions' directories after this, not before, to see its rows in their parts)."""
     return {sid for path in log_segments(root) for sid in segment_sessions(path)}
 
 

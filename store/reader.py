@@ -129,9 +129,10 @@ class StoreReader:
         return connect(self.root, decode, session_ids)
 
     def recorded(self, session_id: str) -> bool:
-        """Whether the store holds completions of this session (without listing any other)."""
-        return (is_dir(partitions(self.root, "completions", [session_id])[0])
-                or session_id in logged_sessions(self.root))
+        """Whether the store holds completions of this session (without listing any other); the log first,
+        as recorded_sessions reads it."""
+        return (session_id in logged_sessions(self.root)
+                or is_dir(partitions(self.root, "completions", [session_id])[0]))
 
 
 def read_tasks(root: StorePath | str) -> dict[str, dict]:

@@ -183,15 +183,6 @@ def _apply(state: _Session, completion: dict) -> None:
     row["status"] = "open"
 
 
-def _segment_sessions(path: StorePath) -> dict[str, int]:
-    """{session: highest seq} of a retired segment; none when another writer sharing the store (an
-    object store) deleted it since the listing: its rows were covered."""
-    try:
-        return segment_sessions(path)
-    except FileNotFoundError:
-        return {}
-
-
 def _checked(row: dict) -> tuple[str, str]:
     """The row's session id and completion id (made when missing), both checked, and its status."""
     sid = validate_session_id(row.get("session_id"))
@@ -292,7 +283,7 @@ class StoreWriter:
         default after the grace period). A segment seen retired for the first time has all its sessions
         checked; after that, only the `compacted` ones."""
         with self._segments_lock:
-            fresh = {path: _segment_sessions(path) for path in log_segments(self.root)
+            fresh = {path: segment_sessions(path) for path in log_segments(self.root)
                      if path not in self._uncovered and self._log.retired(path) and not self._retirement.waiting(path)}
             for sessions in fresh.values():
                 self._forget_covered(sessions, list(sessions))

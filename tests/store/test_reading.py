@@ -22,7 +22,7 @@ from store_rows import completion, record_files
 from tracetap.builders.runner import build, load_session
 from tracetap.store import StoreReader, StoreWriter, connect, scan
 from tracetap.store.log_reading import log_rows
-from tracetap.store.paths import session_dir
+from tracetap.store.paths import log_segments, session_dir
 from tracetap.store.reading import retrying
 from tracetap.store.retirement import GRACE_SECONDS
 from tracetap.store.snapshot import session_files
@@ -207,3 +207,20 @@ def test_a_hole_in_the_store_itself_is_read_as_it_is(root, writer):
     next(directory.glob("00000001-*.parquet")).unlink()
     assert [path.name[:8] for path in map(Path, session_files(directory).files)] == ["00000000", "00000002"]
     assert connect(root).execute("SELECT count(*) FROM completions").fetchone() == (2,)
+
+
+def test_a_log_segment_deleted_after_it_was_listed_hides_no_session(tmp_path, monkeypatch):
+    """A reader listed the log, then compaction moved a segment's rows into a part and deleted it before
+    the reader opened it: the session is still listed (from its part) and nothing raises."""
+    root = tmp_path / "store"
+    with StoreWriter(root, segment_bytes=1, retire_after=0.0) as writer:
+        writer.record_completion(completion("s0"))
+        writer.record_completion(completion("s1"))  # past segment_bytes: s0's segment is retired
+        listed = log_segments(root)
+        writer.compact_idle(0.0)
+        gone = [path for path in listed if not path.exists()]
+        assert gone, "compaction deleted no segment: the test no longer sets up the race"
+        monkeypatch.setattr("tracetap.store.log_reading.log_segments", lambda _root: listed)
+        reader = StoreReader(root)
+        assert reader.session_ids() == ["s0", "s1"]
+        assert reader.recorded("s0") and reader.recorded("s1")
