@@ -153,18 +153,9 @@ def build(store_root: StorePath | str, builder: str, session_ids: Iterable[str] 
     tokenization drift from content drift (without it, drift is unclassified and not trainable).
     `workers`: processes building in parallel (1: build in this process; see default_workers).
     """
-    if builder not in BUILDERS:
-        raise ValueError(f"unknown builder {builder!r}; builders: {', '.join(BUILDERS)}")
-    if eot_id is not None and (isinstance(eot_id, bool) or not isinstance(eot_id, int) or eot_id < 0):
-        raise ValueError(f"end-of-turn id must be a non-negative integer, got {eot_id!r}")
-    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
-        raise ValueError(f"workers must be a positive integer, got {workers!r}")
+    _check_options(builder, eot_id, workers)
     reader: Reader = StoreReader(store_root)
-    known = reader.session_ids()
-    wanted = known if session_ids is None else list(dict.fromkeys(map(validate_session_id, session_ids)))
-    missing = sorted(set(wanted) - set(known))
-    if missing:
-        raise ValueError(f"no completions recorded for session(s): {', '.join(missing)}")
+    wanted = _wanted(reader, session_ids)
     summary = BuildSummary(builder)
     pool = _executor(workers, decode)
     try:
@@ -178,6 +169,26 @@ def build(store_root: StorePath | str, builder: str, session_ids: Iterable[str] 
     finally:
         pool.shutdown(cancel_futures=True)  # after an error, sessions not yet started are not built
     return summary
+
+
+def _check_options(builder: str, eot_id: int | None, workers: int) -> None:
+    """A ValueError for an unknown builder, a bad end-of-turn id or worker count, before anything is read."""
+    if builder not in BUILDERS:
+        raise ValueError(f"unknown builder {builder!r}; builders: {', '.join(BUILDERS)}")
+    if eot_id is not None and (isinstance(eot_id, bool) or not isinstance(eot_id, int) or eot_id < 0):
+        raise ValueError(f"end-of-turn id must be a non-negative integer, got {eot_id!r}")
+    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
+        raise ValueError(f"workers must be a positive integer, got {workers!r}")
+
+
+def _wanted(reader: Reader, session_ids: Iterable[str] | None) -> list[str]:
+    """The sessions to build (default: every recorded one), each once; a ValueError names unrecorded ones."""
+    known = reader.session_ids()
+    wanted = known if session_ids is None else list(dict.fromkeys(map(validate_session_id, session_ids)))
+    missing = sorted(set(wanted) - set(known))
+    if missing:
+        raise ValueError(f"no completions recorded for session(s): {', '.join(missing)}")
+    return wanted
 
 
 def _build_batch(root: StorePath, builder: str, eot_id: int | None, decode: Decode | None,
