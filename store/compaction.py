@@ -60,9 +60,10 @@ def _logged(directory: StorePath) -> pa.Table:
 
 
 def next_seq(directory: StorePath | str) -> int:
-    """The seq the next completion of this session gets: one past the highest on disk or in the log."""
-    parts, loose = classify(directory)
+    """The seq the next completion of this session gets: one past the highest on disk or in the log (read
+    first: rows that leave the log for a part meanwhile are then found in the part)."""
     logged = log_seqs(*session_of(directory))
+    parts, loose = classify(directory)
     return max([*parts, *(seq + 1 for seq in [*loose, *logged])], default=0)
 
 

@@ -99,25 +99,30 @@ def _index(path: StorePath) -> dict[str, list[Span]]:
         return sessions
 
 
-def segment_sessions(path: StorePath) -> dict[str, int]:
-    """{session: highest seq} over the whole rows of one segment; none when it was deleted since it was
-    listed: a writer deletes a segment only once part files hold all its rows (a listing of the sessions'
-    directories made after this call shows them)."""
+def _listed_index(path: StorePath) -> dict[str, list[Span]]:
+    """_index, with a segment deleted since it was listed counting as empty: a writer deletes a segment only
+    once part files hold all its rows, so a caller that lists the sessions' directories after this call
+    (not before) finds those rows there."""
     try:
-        spans = _index(path)
+        return _index(path)
     except FileNotFoundError:
         return {}
-    return {sid: max(seq for seq, _, _ in lines) for sid, lines in spans.items()}
+
+
+def segment_sessions(path: StorePath) -> dict[str, int]:
+    """{session: highest seq} over the whole rows of one segment (none when it is gone: _listed_index)."""
+    return {sid: max(seq for seq, _, _ in spans) for sid, spans in _listed_index(path).items()}
 
 
 def log_seqs(root: StorePath | str, sid: str) -> list[int]:
-    """The seqs of one session's whole rows in the log, from the index (no row is decoded)."""
-    return [seq for path in _segments(store_path(root)) for seq, _, _ in _index(path).get(sid, [])]
+    """The seqs of one session's whole rows in the log, from the index (no row is decoded); list the
+    session's parts after this call (_listed_index)."""
+    return [seq for path in _segments(store_path(root)) for seq, _, _ in _listed_index(path).get(sid, [])]
 
 
 def logged_sessions(root: StorePath | str) -> set[str]:
-    """Every session with a whole row in the log (a segment deleted meanwhile counts as none: list the
-    sessions' directories after this, not before, to see its rows in their parts)."""
+    """Every session with a whole row in the log; list the sessions' directories after this call
+    (_listed_index)."""
     return {sid for path in log_segments(root) for sid in segment_sessions(path)}
 
 

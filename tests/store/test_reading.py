@@ -21,6 +21,7 @@ import pytest
 from store_rows import completion, record_files
 from tracetap.builders.runner import build, load_session
 from tracetap.store import StoreReader, StoreWriter, connect, scan
+from tracetap.store.compaction import next_seq
 from tracetap.store.log_reading import log_rows
 from tracetap.store.paths import log_segments, session_dir
 from tracetap.store.reading import retrying
@@ -211,7 +212,8 @@ def test_a_hole_in_the_store_itself_is_read_as_it_is(root, writer):
 
 def test_a_log_segment_deleted_after_it_was_listed_hides_no_session(tmp_path, monkeypatch):
     """A reader listed the log, then compaction moved a segment's rows into a part and deleted it before
-    the reader opened it: the session is still listed (from its part) and nothing raises."""
+    the reader opened it: the session is still listed (from its part), its next seq still follows its
+    rows, and nothing raises."""
     root = tmp_path / "store"
     with StoreWriter(root, segment_bytes=1, retire_after=0.0) as writer:
         writer.record_completion(completion("s0"))
@@ -224,3 +226,4 @@ def test_a_log_segment_deleted_after_it_was_listed_hides_no_session(tmp_path, mo
         reader = StoreReader(root)
         assert reader.session_ids() == ["s0", "s1"]
         assert reader.recorded("s0") and reader.recorded("s1")
+        assert next_seq(session_dir(root, "completions", "s0")) == 1
