@@ -23,14 +23,13 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from tracetap.engine.cache import home_dir
-
 from tracetap.launch import start_gateway
 
 TRANSFORMERS_LOAD = """
+from tracetap.engine.cache import home_dir
 from transformers import AutoTokenizer, Qwen3ForCausalLM
-AutoTokenizer.from_pretrained({tokenizer!r})
-Qwen3ForCausalLM.from_pretrained({model!r}).eval()
+AutoTokenizer.from_pretrained(str(home_dir() / "tokenizer"))
+Qwen3ForCausalLM.from_pretrained(str(home_dir() / "model")).eval()
 """
 ENGINE_LOAD = "from tracetap.engine.completion import Engine\nEngine().model\n"
 
@@ -51,16 +50,19 @@ def gateway_seconds(workdir: Path, *args: str) -> float:
     return seconds
 
 
+TORCH, BEFORE, NOW = "import torch", "engine, transformers' model (before)", "engine, engine/qwen3.py (now)"
+URL_GATEWAY, ENGINE_GATEWAY = "gateway over an upstream URL", "gateway over the embedded engine"
+RATIOS = [("engine now / before", NOW, BEFORE), ("engine now / import torch", NOW, TORCH),
+          ("gateway over the engine / over a URL", ENGINE_GATEWAY, URL_GATEWAY)]
+
+
 def steps(workdir: Path) -> dict[str, Callable[[], float]]:
-    home = home_dir()
-    before = TRANSFORMERS_LOAD.format(tokenizer=str(home / "tokenizer"), model=str(home / "model"))
     return {
-        "import torch": lambda: python_seconds("import torch"),
-        "engine, transformers' model (before)": lambda: python_seconds(before),
-        "engine, engine/qwen3.py (now)": lambda: python_seconds(ENGINE_LOAD),
-        "gateway over an upstream URL": lambda: gateway_seconds(
-            workdir, "--upstream", "http://127.0.0.1:9", "--served-model", "bench"),
-        "gateway over the embedded engine": lambda: gateway_seconds(workdir),
+        TORCH: lambda: python_seconds("import torch"),
+        BEFORE: lambda: python_seconds(TRANSFORMERS_LOAD),
+        NOW: lambda: python_seconds(ENGINE_LOAD),
+        URL_GATEWAY: lambda: gateway_seconds(workdir, "--upstream", "http://127.0.0.1:9", "--served-model", "bench"),
+        ENGINE_GATEWAY: lambda: gateway_seconds(workdir),
     }
 
 
@@ -80,10 +82,7 @@ def report(seconds: dict[str, list[float]]) -> str:
     lines = ["| step | median s | runs (s) |", "|---|---:|---|"]
     lines += [f"| {name} | {median[name]:.2f} | {' '.join(f'{v:.2f}' for v in values)} |"
               for name, values in seconds.items()]
-    names = list(median)
-    lines += ["", f"engine now / before: {median[names[2]] / median[names[1]]:.2f}x; "
-              f"engine now / import torch: {median[names[2]] / median[names[0]]:.2f}x; "
-              f"gateway over the engine / over a URL: {median[names[4]] / median[names[3]]:.2f}x"]
+    lines += ["", "; ".join(f"{label}: {median[top] / median[bottom]:.2f}x" for label, top, bottom in RATIOS)]
     return "\n".join(lines)
 
 

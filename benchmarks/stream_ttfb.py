@@ -14,6 +14,7 @@ Goal: the gateway's median time to first byte within 5 ms of the engine's.
 from __future__ import annotations
 
 import argparse
+import re
 import statistics
 import subprocess
 import sys
@@ -28,7 +29,7 @@ from tracetap.launch import ChildProcess, free_port, start_gateway
 
 REQUEST = {"model": "bench", "messages": [{"role": "user", "content": "Say hi."}], "stream": True}
 REPLY = '{"content": "Hello there, this is a streamed reply of a few tokens."}\n'
-READY = "tracetap engine serving"
+READY = re.compile("tracetap engine serving")
 
 
 @dataclass
@@ -47,8 +48,7 @@ def start_engine(workdir: Path) -> tuple[ChildProcess, str]:
         cmd = [sys.executable, "-m", "tracetap.cli", "engine", "--listen", f"127.0.0.1:{port}",
                "--script", str(script)]
         process = EngineChild(subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT), log_path)
-    while READY not in process.log():
-        time.sleep(0.1)
+    process.wait_for(READY, 180.0, "engine")
     return process, f"http://127.0.0.1:{port}"
 
 

@@ -75,13 +75,7 @@ def start_engine(workdir: Path, script: Path | None = None, timeout: float = 180
     with open(log_path, "wb") as log:
         process = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=dict(os.environ))
     engine = EngineProcess(process, log_path)
-    deadline = time.monotonic() + timeout
-    while not (match := ENGINE_READY.search(engine.log())):
-        if process.poll() is not None or time.monotonic() > deadline:
-            engine.stop()
-            raise RuntimeError(f"engine did not start:\n{engine.log()[-3000:]}")
-        time.sleep(0.1)
-    engine.url = match.group(1)
+    engine.url = engine.wait_for(ENGINE_READY, timeout, "engine").group(1)
     return engine
 
 

@@ -47,6 +47,17 @@ class ChildProcess:
     def log(self) -> str:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
 
+    def wait_for(self, line: re.Pattern[str], timeout: float, what: str) -> re.Match[str]:
+        """The first match of `line` in the output, once the child prints it; a child that exits or is
+        still silent after `timeout` seconds is stopped and a RuntimeError shows the end of its output."""
+        deadline = time.monotonic() + timeout
+        while not (found := line.search(self.log())):
+            if self.process.poll() is not None or time.monotonic() > deadline:
+                self.stop()
+                raise RuntimeError(f"{what} did not start:\n{self.log()[-3000:]}")
+            time.sleep(0.1)
+        return found
+
     def __enter__(self) -> Self:
         return self
 
@@ -113,11 +124,5 @@ def start_gateway(store: StorePath, *args: str, port: int | None = None, timeout
     with open(handle, "wb") as log:  # the child keeps its own copy of the descriptor
         process = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})})
     gateway = GatewayProcess(store, port or 0, process, Path(name), list(args))
-    deadline = time.monotonic() + timeout
-    while not (ready := _READY.search(gateway.log())):
-        if process.poll() is not None or time.monotonic() > deadline:
-            gateway.stop()
-            raise RuntimeError(f"gateway did not start:\n{gateway.log()[-3000:]}")
-        time.sleep(0.1)
-    gateway.port = int(ready.group(1))
+    gateway.port = int(gateway.wait_for(_READY, timeout, "gateway").group(1))
     return gateway
