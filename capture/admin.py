@@ -1,14 +1,14 @@
 """The gateway's admin endpoints for a trainer: `POST /admin/pause`, `POST /admin/resume`, `GET /admin/status`.
 
-Guarded by a control token when one is configured (`Authorization: Bearer <token>` or
-`x-tracetap-control-token`); without one they answer only on a loopback bind, so a gateway listening on
-the network can never be paused by whoever reaches it. Bodies are checked here (pure).
+Always guarded by the control token (`Authorization: Bearer <token>` or `x-tracetap-control-token`), on
+loopback too: the agent under training runs on the gateway's machine, and must never move the fence.
+`tracetap gateway` makes one when it is given none (tracetap/control.py). The token also registers and
+closes sessions (capture/session_endpoints.py). Bodies are checked here (pure).
 """
 
 from __future__ import annotations
 
 import hmac
-import ipaddress
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -19,7 +19,7 @@ TOKEN_HEADER = "x-tracetap-control-token"
 
 
 class Refused(Exception):
-    """An admin call the guard turns away; `status` 401 (no or wrong token) or 403 (disabled)."""
+    """A call the guard turns away: 401 (no or wrong token) or 403 (no control token configured)."""
 
     def __init__(self, status: int, message: str):
         super().__init__(message)
@@ -28,21 +28,19 @@ class Refused(Exception):
 
 @dataclass(frozen=True)
 class Control:
-    token: str | None = None
-    enabled: bool = True  # False: a non-loopback bind without a token
+    token: str | None = None  # None: nothing can use the admin endpoints
+
+    def allows(self, headers: Mapping[str, str]) -> bool:
+        """Whether the (lower-cased) headers present the control token."""
+        presented = presented_token(headers, TOKEN_HEADER)
+        return self.token is not None and hmac.compare_digest(presented.encode(), self.token.encode())
 
     def check(self, headers: Mapping[str, str]) -> None:
-        """Raises Refused unless the (lower-cased) headers may use the admin endpoints."""
-        if not self.enabled:
-            raise Refused(403, "admin endpoints are off: the gateway listens beyond loopback without "
-                               "--control-token")
-        if self.token is not None and not hmac.compare_digest(_presented(headers).encode(), self.token.encode()):
-            raise Refused(401, "admin endpoints need the control token (Authorization: Bearer <token>)")
-
-
-def control_for(listen_host: str, token: str | None) -> Control:
-    """Open on loopback, token-guarded when a token is given, off otherwise."""
-    return Control(token, enabled=token is not None or _loopback(listen_host))
+        """Raises Refused unless the headers present the control token."""
+        if self.token is None:
+            raise Refused(403, "admin endpoints are off: this gateway has no control token")
+        if not self.allows(headers):
+            raise Refused(401, "this endpoint needs the control token (Authorization: Bearer <token>)")
 
 
 def parse_pause(body: bytes, default: str) -> bool:
@@ -71,15 +69,7 @@ def checked_version(version: object) -> str:
     return text
 
 
-def _presented(headers: Mapping[str, str]) -> str:
+def presented_token(headers: Mapping[str, str], header: str) -> str:
+    """The bearer token of the (lower-cased) headers, else the value of `header` ("" when neither)."""
     scheme, _, token = (headers.get("authorization") or "").strip().partition(" ")
-    return token.strip() if scheme.lower() == "bearer" else headers.get(TOKEN_HEADER, "")
-
-
-def _loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
+    return token.strip() if scheme.lower() == "bearer" else headers.get(header, "")

@@ -1,8 +1,9 @@
-"""`POST /sessions`: a rollout node names a session before its harness runs.
+"""`POST /sessions`: a rollout node (or `tracetap run`) names a session before its harness runs.
 
 Harness CLIs cannot add headers, so the task id and harness of a rollout session reach the store
-this way: the body `{session_id, task_id, harness, metadata}` is checked here (pure), and the
-service writes it with `StoreWriter.register_session` (the first non-empty task id and harness win).
+this way: the body `{session_id, task_id, harness, metadata, session_key?, outcome_token?}` is checked
+here (pure). The two secrets (capture/capabilities.py) may come from the registrant, so a retried
+registration is the same registration; the gateway issues any it was not given.
 """
 
 from __future__ import annotations
@@ -11,9 +12,10 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from tracetap.capture.capabilities import OUTCOME_TOKEN_PREFIX, SESSION_KEY_PREFIX, issued_shape
 from tracetap.store import InvalidSessionId, validate_session_id
 
-FIELDS = ("session_id", "task_id", "harness", "metadata")
+FIELDS = ("session_id", "task_id", "harness", "metadata", "session_key", "outcome_token")
 MAX_LABEL = 256
 
 
@@ -32,13 +34,23 @@ class Registration:
     task_id: str | None = None
     harness: str | None = None
     metadata: dict = field(default_factory=dict)
+    session_key: str | None = None
+    outcome_token: str | None = None
 
 
 def parse_registration(body: bytes) -> Registration:
     """The checked registration, or FieldError naming the field at fault."""
     data = json_object(body, FIELDS)
     return Registration(_session_id(data.get("session_id")), _label(data, "task_id"), _label(data, "harness"),
-                        object_field(data, "metadata"))
+                        object_field(data, "metadata"), _secret(data, "session_key", SESSION_KEY_PREFIX),
+                        _secret(data, "outcome_token", OUTCOME_TOKEN_PREFIX))
+
+
+def _secret(data: dict, name: str, prefix: str) -> str | None:
+    value = data.get(name)
+    if value is not None and not (isinstance(value, str) and issued_shape(value, prefix)):
+        raise FieldError(422, f"{name}: must be {prefix} followed by 32 to 200 URL-safe characters")
+    return value
 
 
 def json_object(body: bytes, known: Sequence[str]) -> dict:

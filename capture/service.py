@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import json
 import logging
 import time
 import uuid
@@ -25,52 +24,45 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import TypeVar
 
-from tracetap.capture import admin, content_coding, outcome
+from tracetap.capture import admin, content_coding
 from tracetap.capture import detect as routes
 from tracetap.capture.adapters import ADAPTERS, MODEL_LISTERS, TOKEN_COUNTERS
 from tracetap.capture.adapters.base import Adapter, AdapterError, RequestContext
 from tracetap.capture.bounded import RecentSet
+from tracetap.capture.capabilities import Capabilities
+from tracetap.capture.control_plane import ControlPlane, FenceSettings
 from tracetap.capture.fence import RETRY_AFTER, Aborted, Fence, Paused
 from tracetap.capture.json_body import BodyError, parse_body
 from tracetap.capture.jsontext import dump_bytes
 from tracetap.capture.record import Call, build_row, display_path
 from tracetap.capture.redact import DEFAULT, Redactor, Seen
-from tracetap.capture.registration import FieldError, parse_registration
-from tracetap.capture.sessions import SessionError, bind, harness_ids, labels, split_prefix
+from tracetap.capture.replies import FALLBACK_API, JSON_TYPE, Reject, Reply, error_reply
+from tracetap.capture.sessions import (
+    NO_PROXY,
+    Binding,
+    ProxyIdentity,
+    SessionError,
+    api_key,
+    bind,
+    harness_ids,
+    labels,
+    split_prefix,
+)
 from tracetap.capture.streaming import Collected, Ending, LiveStream, StreamReply
 from tracetap.capture.upstream import NO_CHOICES, Upstream, UpstreamError, UpstreamResult
-from tracetap.store import InvalidSessionId, StoreReader, StoreWriter, validate_session_id, write_session_table
+from tracetap.store import StoreWriter
 
 logger = logging.getLogger("tracetap.gateway")
 T = TypeVar("T")
 
 MAX_BODY = 32 * 1024 * 1024
 MAX_REGISTERED = 16384  # explicitly named session ids an API key may still bind to (most recent)
-FALLBACK_API = "openai_chat"
-JSON_TYPE = "application/json"
 SSE_HEADERS = {"content-type": "text/event-stream", "cache-control": "no-cache", "x-accel-buffering": "no"}
 EXPLICIT_SOURCES = ("path", "header", "query")  # ids a harness named, so later API keys may reuse them
 _UNRECORDED: dict[str | None, str] = {routes.PROBE: "probe", routes.MODELS: "models",
                                       routes.COUNT_TOKENS: "count_tokens"}
-
-
-class Reject(Exception):
-    """A call the gateway refuses: answered with `status` in the caller's API shape, never recorded."""
-
-    def __init__(self, status: int, message: str, kind: str = "invalid_request", api: str | None = None,
-                 headers: dict[str, str] | None = None):
-        super().__init__(message)
-        self.status = status
-        self.kind = kind
-        self.api = api
-        self.headers = headers or {}
-
-
-@dataclass
-class Reply:
-    status: int
-    body: bytes = b""
-    headers: dict[str, str] = field(default_factory=lambda: {"content-type": JSON_TYPE})
+_CONTROL = (routes.SESSION_REGISTER, routes.SESSION_CLOSE, routes.SESSION_COMPLETE, routes.ADMIN)
+_SESSION_ERROR_KINDS = {400: "invalid_request", 401: "unauthorized", 403: "forbidden"}
 
 
 @dataclass
@@ -87,31 +79,35 @@ class Request:
     created_at: datetime = field(default_factory=lambda: datetime.now(UTC))
     endpoint: str | None = None  # routes.GENERATE, routes.PROBE, ... once detected
     recorded: bool = False  # a completions row holds this call
+    proxy: ProxyIdentity = NO_PROXY
+    binding: Binding | None = None  # its session, once bound
 
 
 class GatewayService:
-    """Holds the store writer and the upstream client. Session ids harnesses named explicitly count
-    as registered: an API key equal to one binds to it (DESIGN §4); the most recent
-    MAX_REGISTERED of them are kept."""
+    """Holds the store writer and the upstream client. An open gateway (not `keyed`) also binds calls by
+    session id (capture/sessions.py); there, ids harnesses named explicitly count as registered: an API
+    key equal to one binds to it (DESIGN §4); the most recent MAX_REGISTERED of them are kept."""
 
     def __init__(self, writer: StoreWriter, upstream: Upstream, max_body: int = MAX_BODY,
                  redactor: Redactor = DEFAULT, fence: Fence | None = None, control: admin.Control | None = None,
-                 on_pause: str = "finish", engines: Callable[[], dict] | None = None):
+                 on_pause: str = "finish", engines: Callable[[], dict] | None = None, keyed: bool = False):
         self.writer = writer
         self.upstream = upstream
         self.fence = fence or Fence()
-        self.control = control or admin.Control()
         self.on_pause = on_pause  # what a pause does to calls in flight unless it says: finish | abort
-        self.engines = engines  # per-engine counts of a pool of upstreams, for /admin/status
         self.max_body = max_body
         self.redactor = redactor
+        self.keyed = keyed
         self.registered: RecentSet[str] = RecentSet(MAX_REGISTERED)
-        self._posting = asyncio.Lock()  # posted outcomes: one read-compare-write at a time
+        self.capabilities = Capabilities(writer.root)
+        self.control_plane = ControlPlane(writer, self.capabilities, control or admin.Control(),
+                                          FenceSettings(self.fence, on_pause, engines), redactor, self.registered)
         self._serving = 0  # calls in `handle` now: a lone one records without thread hand-offs
 
     async def handle(self, method: str, path: str, headers: Mapping[str, str], query: Mapping[str, str],
-                     body: bytes) -> Reply | StreamReply:
-        request = Request(method.upper(), path, {k.lower(): v for k, v in headers.items()}, query, body)
+                     body: bytes, proxy: ProxyIdentity = NO_PROXY) -> Reply | StreamReply:
+        request = Request(method.upper(), path, {k.lower(): v for k, v in headers.items()}, query, body,
+                          proxy=proxy)
         api = caller_api(path, request.headers)
         self._serving += 1
         try:
@@ -128,15 +124,15 @@ class GatewayService:
         return reply
 
     async def _count_unrecorded(self, request: Request, status: int) -> None:
-        """A call answered without a completions row is still counted under its session, if it has one."""
+        """A call answered without a completions row is still counted under its session, if it was bound
+        to one. A refused call never makes a session: it counts only under one the store already has."""
         kind = _unrecorded_kind(request, status)
-        if kind is None:
+        if kind is None or request.binding is None:
             return
+        sid = request.binding.session_id
         try:
-            sid = bind(request.path, request.headers, request.query, self.registered).session_id
-            await asyncio.to_thread(self.writer.note_unrecorded, sid, kind)
-        except SessionError:
-            return  # no valid session id to count it under
+            if status < 400 or await asyncio.to_thread(self.writer.has_session, sid):
+                await asyncio.to_thread(self.writer.note_unrecorded, sid, kind)
         except Exception:
             logger.exception("could not count an unrecorded %s call", kind)
 
@@ -148,22 +144,51 @@ class GatewayService:
             data = self._body(request, route)
             if data is not None:
                 route = routes.detect(request.method, provider_path, request.headers, data)
-            binding = bind(request.path, request.headers, request.query, self.registered)
+            if route.endpoint in _CONTROL:
+                return await self._control(request, route)
+            request.binding = await self._bind(request, route)
             request.labels = labels(provider_path, request.headers, request.query)
             handler = self._handlers()[route.endpoint]
-            return await handler(request, route, binding, data)
+            return await handler(request, route, request.binding, data)
         except Reject as exc:
             exc.api = exc.api or route.api
             raise
         except SessionError as exc:
-            raise Reject(400, str(exc), api=route.api) from None
+            raise Reject(exc.status, str(exc), _SESSION_ERROR_KINDS[exc.status], api=route.api) from None
+
+    async def _bind(self, request: Request, route: routes.Route) -> Binding | None:
+        """The call's session: by the session key it presents (the proxy credential, else its API key), or,
+        on an open gateway, by the ids it names. Probes and model lists need none on a keyed gateway."""
+        proxy = request.proxy
+        secret = proxy.user if proxy.user is not None else api_key(request.headers, request.query)
+        owner = await self.capabilities.key_owner(secret)
+        if owner is None and proxy.user is None:
+            owner = proxy.fallback
+        try:
+            return bind(request.path, request.headers, request.query, self.registered, owner=owner,
+                        proxy_user=None if owner else proxy.user, keyed=self.keyed)
+        except SessionError as exc:
+            if exc.status != 401 or route.endpoint in (routes.GENERATE, routes.COUNT_TOKENS):
+                raise
+            return None
+
+    async def proxy_session(self, identity: ProxyIdentity) -> str | None:
+        """The session of a proxied connection, for its refusals: its key's, the launcher's when it has no
+        credential, or (on an open gateway) the id its credential names."""
+        owner = await self.capabilities.key_owner(identity.user)
+        if owner is not None or identity.user is None:
+            return owner or identity.fallback
+        return None if self.keyed else identity.user
+
+    async def _control(self, request: Request, route: routes.Route) -> Reply:
+        """The gateway's own endpoints (capture/control_plane.py): no session binding, tokens instead."""
+        handler = {routes.SESSION_REGISTER: self.control_plane.register, routes.SESSION_CLOSE: self.control_plane.close,
+                   routes.SESSION_COMPLETE: self.control_plane.complete, routes.ADMIN: self.control_plane.admin}
+        return await handler[route.endpoint](request.headers, request.body, route.target)
 
     def _handlers(self) -> dict:
         return {routes.GENERATE: self._generate, routes.COUNT_TOKENS: self._count_tokens,
-                routes.MODELS: self._models, routes.PROBE: self._probe,
-                routes.SESSION_CLOSE: self._close, routes.SESSION_REGISTER: self._register,
-                routes.SESSION_COMPLETE: self._complete, routes.ADMIN: self._admin,
-                routes.NOT_FOUND: self._not_found}
+                routes.MODELS: self._models, routes.PROBE: self._probe, routes.NOT_FOUND: self._not_found}
 
     def _body(self, request: Request, route: routes.Route) -> dict | None:
         try:
@@ -332,72 +357,6 @@ class GatewayService:
         body = b"" if request.method == "HEAD" else dump_bytes({"status": "ok", "service": "tracetap-gateway"})
         return Reply(200, body)
 
-    async def _close(self, request: Request, route: routes.Route, binding, data: None) -> Reply:
-        sid = self._known_session(route.target)
-        row = await asyncio.to_thread(self.writer.close_session, sid)
-        self.registered.discard(sid)
-        refused = json.loads(row["refused_hosts_json"] or "{}")
-        return Reply(200, dump_bytes({"session_id": sid, "status": "closed", "calls": row["completions"],
-                                      "refused_hosts": refused}))
-
-    async def _complete(self, request: Request, route: routes.Route, binding, data: None) -> Reply:
-        """An outcome the agent posts: a `posted` reward row, then the session closed; a repeat is a no-op."""
-        sid = self._known_session(route.target)
-        try:
-            row = outcome.reward_row(outcome.parse_outcome(request.body), self.redactor)
-        except FieldError as exc:
-            raise Reject(exc.status, str(exc)) from None
-        async with self._posting:  # two posts of one session: the second sees the first
-            stored = await asyncio.to_thread(StoreReader(self.writer.root).rewards, outcome.EVALUATOR, [sid])
-            if stored and not outcome.same_outcome(stored[0], row):
-                raise Reject(409, f"session {sid!r} already has a posted outcome (reward {stored[0]['reward']})",
-                             "conflict")
-            if not stored:
-                await asyncio.to_thread(write_session_table, self.writer.root, "rewards", sid, [row],
-                                        f"{outcome.EVALUATOR}.parquet")
-        await asyncio.to_thread(self.writer.close_session, sid)
-        return Reply(200, dump_bytes({"session_id": sid, "status": "closed", "evaluator": outcome.EVALUATOR,
-                                      "reward": row["reward"], "duplicate": bool(stored)}))
-
-    async def _admin(self, request: Request, route: routes.Route, binding, data: None) -> Reply:
-        """A trainer's fence: pause (calls in flight finish or are aborted), resume under a new version, status."""
-        try:
-            self.control.check(request.headers)
-            if route.target == "pause":
-                aborted = self.fence.pause(admin.parse_pause(request.body, self.on_pause))
-                logger.warning("paused (%d calls in flight aborted)", aborted)
-            elif route.target == "resume":
-                self.fence.resume(admin.parse_resume(request.body))
-                logger.warning("resumed under policy version %s", self.fence.policy_version)
-        except admin.Refused as exc:
-            raise Reject(exc.status, str(exc), "invalid_request") from None
-        except FieldError as exc:
-            raise Reject(exc.status, str(exc)) from None
-        engines = {"engines": self.engines()} if self.engines else {}
-        return Reply(200, dump_bytes({**self.fence.status().to_json(), **engines}))
-
-    def _known_session(self, target: str | None) -> str:
-        """The session an endpoint names: a 400 when it is no session id, a 404 when the store lacks it."""
-        try:
-            sid = validate_session_id(target)
-        except InvalidSessionId as exc:
-            raise Reject(400, str(exc)) from None
-        if not self.writer.has_session(sid):
-            raise Reject(404, f"no session {sid!r} in this store", "not_found")
-        return sid
-
-    async def _register(self, request: Request, route: routes.Route, binding, data: None) -> Reply:
-        """Name a session's task and harness before its harness runs; its id then binds as an API key."""
-        try:
-            given = parse_registration(request.body)
-        except FieldError as exc:
-            raise Reject(exc.status, str(exc)) from None
-        row = await asyncio.to_thread(self.writer.register_session, given.session_id, given.task_id,
-                                      given.harness, given.metadata)
-        self.registered.add(given.session_id)
-        return Reply(200, dump_bytes({"session_id": given.session_id, "task_id": row["task_id"],
-                                      "harness": row["harness"], "status": row["status"]}))
-
     async def _not_found(self, request: Request, route: routes.Route, binding, data: None) -> Reply:
         path = split_prefix(request.path)[1]
         raise Reject(404, f"unknown endpoint {request.method} {path}", "not_found")
@@ -414,7 +373,7 @@ class GatewayService:
 
 def _unrecorded_kind(request: Request, status: int) -> str | None:
     """Which of UNRECORDED_KINDS (store/schema.py) this call counts as; None when it is recorded."""
-    if request.recorded or request.endpoint in (routes.SESSION_CLOSE, routes.SESSION_COMPLETE, routes.ADMIN):
+    if request.recorded or request.endpoint in _CONTROL:
         return None
     if status >= 400:
         return "server_error" if status >= 500 else "client_error"
@@ -425,12 +384,6 @@ def caller_api(path: str, headers: Mapping[str, str]) -> str:
     """The API whose error shape the caller parses, from its path (session prefix included) and
     lower-cased headers alone."""
     return routes.plausible_api(split_prefix(path)[1], headers)
-
-
-def error_reply(api: str, status: int, message: str, kind: str) -> Reply:
-    """An error in the caller's API shape (OpenAI's when that API has no adapter yet)."""
-    adapter = ADAPTERS.get(api) or ADAPTERS[FALLBACK_API]
-    return Reply(status, dump_bytes(adapter.error_body(status, message, kind)))
 
 
 def _adapter(api: str) -> Adapter:

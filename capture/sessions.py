@@ -1,15 +1,20 @@
 """Bind every request to one session (DESIGN §4); first match wins.
 
-Ids tracetap assigned come before the ids a harness makes up for itself:
-1. path prefix `/s/{sid}/...` or `/sessions/{sid}/...` (the rest of the path is the provider path; the
+A session key (a secret a registration issued: capture/capabilities.py), sent as the proxy credential
+or as the API key, decides before anything else: a call that also names another session by id is
+refused (403). A gateway started with `--sessions keyed` (rollout nodes, `tracetap run`) binds calls
+by session key only: a call without one is refused (401), since a session id is a name, not a
+credential. The standalone gateway (`--sessions open`, for development) also takes ids:
+1. in proxy mode, the proxy credential's user name (it names the session whatever the path says);
+2. path prefix `/s/{sid}/...` or `/sessions/{sid}/...` (the rest of the path is the provider path; the
    gateway's own `/sessions/{sid}/close` and `/complete` are endpoints, not prefixes);
-2. header `x-tracetap-session`;
-3. query parameter `session_id`;
-4. an API key (`Authorization: Bearer`, `x-api-key`, `x-goog-api-key`, `?key=`) that is a registered
-   session id or starts with `sk-tap-`;
-5. header `x-session-id` (a harness's own id, opencode's `ses_...`);
-6. any other API key: `key-` + the first 16 hex digits of its sha256, so the key never reaches disk;
-7. nothing at all: the session `default`.
+3. header `x-tracetap-session`;
+4. query parameter `session_id`;
+5. an API key (`Authorization: Bearer`, `x-api-key`, `x-goog-api-key`, `?key=`) that is a session id
+   named explicitly before or starts with `sk-tap-`;
+6. header `x-session-id` (a harness's own id, opencode's `ses_...`);
+7. any other API key: `key-` + the first 16 hex digits of its sha256, so the key never reaches disk;
+8. nothing at all: the session `default`.
 
 A harness's own session and parent-session ids (`harness_ids`) are kept as call metadata whatever
 the binding: they name its sub-agent threads.
@@ -33,24 +38,38 @@ DEFAULT_SESSION = "default"
 SESSION_HEADER = "x-tracetap-session"
 HARNESS_SESSION_HEADER = "x-session-id"
 KEY_HEADERS = ("x-api-key", "x-goog-api-key")
-SESSION_KEY_PREFIX = "sk-tap-"
+ID_KEY_PREFIX = "sk-tap-"  # an API key with this prefix names its session (open gateways)
 PATH_PREFIXES = ("/s/", "/sessions/")
 SESSION_ACTIONS = ("close", "complete")  # /sessions/{sid}/<action> is an endpoint of the gateway's own
 
 
 class SessionError(ValueError):
-    """An explicit session id that is not valid; `path` is the provider path, for the error shape."""
+    """A call the gateway cannot bind: an invalid id (400), no session key where one is needed (401), a
+    key of another session than the one named (403); `path` is the provider path, for the error shape."""
 
-    def __init__(self, message: str, path: str):
+    def __init__(self, message: str, path: str, status: int = 400):
         super().__init__(message)
         self.path = path
+        self.status = status
 
 
 @dataclass(frozen=True)
 class Binding:
     session_id: str
     path: str    # the provider path, session prefix removed
-    source: str  # path | header | query | api_key | harness_header | default
+    source: str  # session_key | proxy | path | header | query | api_key | harness_header | default
+
+
+@dataclass(frozen=True)
+class ProxyIdentity:
+    """What proxy mode knows of a call's connection: its proxy credential's user name, and the session a
+    trusted launcher started the gateway for, taken by calls without a credential (`--proxy-session`)."""
+
+    user: str | None = None
+    fallback: str | None = None
+
+
+NO_PROXY = ProxyIdentity()
 
 
 def split_prefix(path: str) -> tuple[str | None, str]:
@@ -64,16 +83,38 @@ def split_prefix(path: str) -> tuple[str | None, str]:
     return unquote(sid), "/" + rest
 
 
-def bind(path: str, headers: Mapping[str, str], query: Mapping[str, str],
-         registered: Container[str] = ()) -> Binding:
-    """The session of one request; headers must be lower-cased. Raises SessionError."""
+def bind(path: str, headers: Mapping[str, str], query: Mapping[str, str], registered: Container[str] = (),
+         *, owner: str | None = None, proxy_user: str | None = None, keyed: bool = False) -> Binding:
+    """The session of one request; headers must be lower-cased. `owner` is the session whose key the call
+    presented, `proxy_user` the proxy credential's user name when it is no key. Raises SessionError."""
     sid, rest = split_prefix(path)
-    key = api_key(headers, query)
     found = _assigned(sid, headers, query)
+    if owner is not None:
+        return _keyed(owner, found, rest)
+    if keyed:
+        raise SessionError(NO_KEY, rest, 401)
+    if proxy_user is not None:
+        return Binding(checked_session(proxy_user, rest, shown="proxy user name (it names the session)"), rest,
+                       "proxy")
     if found:
         return Binding(checked_session(found[0], rest), rest, found[1])
+    return _unnamed(headers, query, registered, rest)
+
+
+NO_KEY = "this gateway takes calls with a session key only (the API key or proxy credential the session was given)"
+
+
+def _keyed(owner: str, found: tuple[str, str] | None, rest: str) -> Binding:
+    if found and found[0] != owner:
+        raise SessionError("the session key sent belongs to another session than the one this call names", rest, 403)
+    return Binding(owner, rest, "session_key")
+
+
+def _unnamed(headers: Mapping[str, str], query: Mapping[str, str], registered: Container[str], rest: str) -> Binding:
+    """A call that names no session on purpose: its API key or the harness's own id picks one."""
+    key = api_key(headers, query)
     bare = (key or "").strip()  # whitespace in a key that names a session is a 400
-    if key is not None and (bare in registered or bare.startswith(SESSION_KEY_PREFIX)):
+    if key is not None and (bare in registered or bare.startswith(ID_KEY_PREFIX)):
         return Binding(checked_session(key, rest, shown="the API key"), rest, "api_key")
     own = headers.get(HARNESS_SESSION_HEADER)
     if _given(own):

@@ -22,6 +22,8 @@ from pathlib import Path
 
 import httpx
 
+from tracetap.control import control_token
+
 PROJECT = Path(str(resources.files("tracetap") / "demo_data" / "project"))
 TEST = f"{shlex.quote(sys.executable)} -m pytest -v -p no:cacheprovider"  # on the node's host, like this script
 EXPECTED = {"test_calc.py::test_add": "PASSED", "test_calc.py::test_mul": "PASSED"}
@@ -63,7 +65,8 @@ def fence(client: httpx.Client, next_version: int) -> None:
 
 def run(server: str, rounds: int, samples_per_task: int, project: Path) -> list[dict]:
     reports = []
-    with httpx.Client(base_url=server, timeout=60, trust_env=False) as client:
+    headers = {"authorization": f"Bearer {control_token()}"}  # the fence needs the trainer's control token
+    with httpx.Client(base_url=server, timeout=60, trust_env=False, headers=headers) as client:
         fence(client, 1)
         for number in range(1, rounds + 1):
             task_id = f"loop-{int(time.time())}-{number}"

@@ -1,19 +1,22 @@
 """The gateway a node's sessions call: a `tracetap gateway` child the node starts, or one it is given.
 
-The node talks to it over HTTP only: `POST /sessions` names a session's task and harness before the
-harness runs, `POST /sessions/{id}/close` compacts the session once the harness is done.
+The node talks to it over HTTP only, with the control token (tracetap/control.py): `POST /sessions`
+names a session's task and harness before the harness runs and grants the secret key its harness calls
+with, `POST /sessions/{id}/close` compacts the session once the harness is done. A gateway the node
+starts binds calls by session key only (`--sessions keyed`).
 """
 
 from __future__ import annotations
 
 import asyncio
-import os
 from collections.abc import Sequence
 from pathlib import Path
 
 import httpx
+from tracetap.capture.capabilities import new_outcome_token, new_session_key
 from tracetap.rollout.node_api import GatewayAnswer
 
+from tracetap.control import control_token
 from tracetap.launch import GatewayProcess, start_gateway
 
 ADMIN_ACTIONS = ("pause", "resume", "status")
@@ -38,16 +41,23 @@ class GatewayHost:
 
     async def start(self) -> str:
         if self.url is None:
-            self.process = await asyncio.to_thread(start_gateway, self.store, *self.gateway_args)
+            args = ("--sessions", "keyed", *self.gateway_args)
+            self.process = await asyncio.to_thread(start_gateway, self.store, *args)
             self.url = self.process.url
-        self._client = httpx.AsyncClient(base_url=self.url, timeout=REQUEST_TIMEOUT, trust_env=False)
+        headers = {"authorization": f"Bearer {control_token()}"}
+        self._client = httpx.AsyncClient(base_url=self.url, timeout=REQUEST_TIMEOUT, trust_env=False, headers=headers)
         return self.url
 
-    async def register(self, session_id: str, task_id: str, harness: str, metadata: dict) -> None:
-        body = {"session_id": session_id, "task_id": task_id, "harness": harness, "metadata": metadata}
+    async def register(self, session_id: str, task_id: str, harness: str, metadata: dict) -> str:
+        """Register the session; returns the session key its harness calls with. The node makes both
+        secrets, so a registration it retries is the same one."""
+        key = new_session_key()
+        body = {"session_id": session_id, "task_id": task_id, "harness": harness, "metadata": metadata,
+                "session_key": key, "outcome_token": new_outcome_token()}
         reply = await self._post("/sessions", body)
         if reply.status_code != 200:
             raise GatewayError(f"the gateway refused to register {session_id}: {reply.status_code} {reply.text}")
+        return key
 
     async def close_session(self, session_id: str) -> bool:
         """Compact and close the session; False when it recorded no call (nothing to close)."""
@@ -59,23 +69,21 @@ class GatewayHost:
         return reply.json()["calls"] > 0
 
     async def admin(self, action: str, body: dict | None) -> GatewayAnswer:
-        """A fencing call to the gateway (`$TRACETAP_CONTROL_TOKEN` as its token when set)."""
+        """A fencing call to the gateway."""
         if action not in ADMIN_ACTIONS:
             raise ValueError(f"admin action must be one of {ADMIN_ACTIONS}")
-        token = os.environ.get("TRACETAP_CONTROL_TOKEN")
-        headers = {"authorization": f"Bearer {token}"} if token else {}
         method = "GET" if action == "status" else "POST"
-        reply = await self._send(method, f"/admin/{action}", body, headers)
+        reply = await self._send(method, f"/admin/{action}", body)
         return GatewayAnswer(str(self.url), reply.status_code, reply.json())
 
     async def _post(self, path: str, body: dict | None) -> httpx.Response:
         return await self._send("POST", path, body)
 
-    async def _send(self, method: str, path: str, body: dict | None, headers: dict | None = None) -> httpx.Response:
+    async def _send(self, method: str, path: str, body: dict | None) -> httpx.Response:
         if self._client is None:
             raise GatewayError("the gateway host is not started")
         try:
-            return await self._client.request(method, path, json=body, headers=headers)
+            return await self._client.request(method, path, json=body)
         except httpx.HTTPError as exc:
             raise GatewayError(f"the gateway at {self.url} is unreachable: {exc}") from exc
 

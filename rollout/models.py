@@ -1,7 +1,7 @@
 """What a trainer sends and gets back: TaskRequest in, SessionResult / TaskResult out (pydantic v2).
 
-A TaskRequest expands into `num_samples` sessions, each with its own `sk-tap-<uuid4>` id; that id is the
-API key its harness uses, so every model call lands in the session without the harness knowing.
+A TaskRequest expands into `num_samples` sessions, each with its own `ses-<uuid4>` id (a name: its harness
+calls with a secret session key the node has the gateway grant, capture/capabilities.py).
 Validation here is the one place a bad task is refused: a rejected task creates nothing.
 """
 
@@ -16,7 +16,7 @@ from typing import Any, Literal
 from pydantic import AnyHttpUrl, BaseModel, ConfigDict, Field, field_validator, model_validator
 from tracetap.store import validate_name
 
-SESSION_PREFIX = "sk-tap-"
+SESSION_PREFIX = "ses-"
 
 
 class SessionStatus(StrEnum):

@@ -230,14 +230,14 @@ class GatewayNode:
             await run.runtime.start()
         except RuntimeUnavailable as exc:  # no engine, a missing image
             raise StageFailure(SessionStatus.ERROR, str(exc)) from None
-        run.harness_ctx = HarnessContext(
-            session_id=run.session_id, task_id=task.task_id, instruction=task.instruction,
-            gateway_url=gateway_url, layout=run.runtime.layout, model_name=task.agent.model_name,
-            settings=task.agent.settings, contained=task.runtime.backend != "local",
-            via_proxy=self._via_proxy(task))
-        await self.gateway.register(run.session_id, task.task_id, task.agent.harness,
-                                    self._metadata(run, run.runtime))
+        via_proxy = self._via_proxy(task)
+        key = await self.gateway.register(run.session_id, task.task_id, task.agent.harness,
+                                          self._metadata(run, run.runtime))
         run.registered = True
+        run.harness_ctx = HarnessContext(
+            session_id=run.session_id, session_key=key, task_id=task.task_id, instruction=task.instruction,
+            gateway_url=gateway_url, layout=run.runtime.layout, model_name=task.agent.model_name,
+            settings=task.agent.settings, contained=task.runtime.backend != "local", via_proxy=via_proxy)
         await self._prepare_runtime(run, run.runtime)
 
     def _via_proxy(self, task: TaskRequest) -> bool:

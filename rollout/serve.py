@@ -39,6 +39,7 @@ class ServeConfig:
         flags = [] if self.upstream == LOCAL else ["--upstream", self.upstream]
         flags += ["--script", str(self.script)] if self.script else []
         flags += ["--mode", "proxy"] if self.gateway_mode == "proxy" else []
+        flags += ["--sessions", "keyed"]  # harnesses call with their session key (capture/sessions.py)
         return [*flags, *self.gateway_args]
 
 

@@ -10,6 +10,7 @@ validate is a 422 naming the field; a task id still running is a 409; neither cr
 from __future__ import annotations
 
 import asyncio
+import hmac
 import shutil
 import tempfile
 import threading
@@ -19,7 +20,7 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import uvicorn
-from fastapi import Body, FastAPI, HTTPException, Query
+from fastapi import Body, Depends, FastAPI, Header, HTTPException, Query
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import FileResponse, JSONResponse
 from pydantic import ValidationError
@@ -33,6 +34,8 @@ from tracetap.rollout.node_api import Node
 from tracetap.rollout.reference_api import from_reference, to_reference
 from tracetap.rollout.results import ResultStore
 from tracetap.rollout.scheduler import NodePool
+
+from tracetap.control import control_token
 
 NodeFactory = Callable[[], Sequence[Node]]
 MEDIA = {"parquet": "application/vnd.apache.parquet", "verl": "application/vnd.apache.parquet",
@@ -61,19 +64,27 @@ def create_app(store: Path, make_nodes: NodeFactory, callback_policy: RetryPolic
 
 
 def _admin_routes(app: FastAPI) -> None:
-    """A trainer's fence for the whole fleet: each call goes to every node's gateway."""
+    """A trainer's fence for the whole fleet: each call goes to every node's gateway. Like the gateways'
+    own, these need the control token (tracetap/control.py), or any local process could move the fence."""
+    guarded = [Depends(_control_token_presented)]
 
-    @app.post("/admin/pause")
+    @app.post("/admin/pause", dependencies=guarded)
     async def pause(body: Annotated[dict | None, Body()] = None) -> JSONResponse:
         return await _to_gateways(app, "pause", body)
 
-    @app.post("/admin/resume")
+    @app.post("/admin/resume", dependencies=guarded)
     async def resume(body: Annotated[dict | None, Body()] = None) -> JSONResponse:
         return await _to_gateways(app, "resume", body)
 
-    @app.get("/admin/status")
+    @app.get("/admin/status", dependencies=guarded)
     async def admin_status() -> JSONResponse:
         return await _to_gateways(app, "status", None)
+
+
+def _control_token_presented(authorization: Annotated[str, Header()] = "") -> None:
+    scheme, _, token = authorization.strip().partition(" ")
+    if scheme.lower() != "bearer" or not hmac.compare_digest(token.strip().encode(), control_token().encode()):
+        raise HTTPException(401, "this endpoint needs the control token (Authorization: Bearer <token>)")
 
 
 async def _to_gateways(app: FastAPI, action: str, body: dict | None) -> JSONResponse:

@@ -266,6 +266,29 @@ def write_atomic_many(files: Sequence[tuple[StorePath, FileWriter]]) -> None:
         _write_local(local)
 
 
+def write_new(path: StorePath, data: bytes) -> bool:
+    """Write a whole, durable file only where none is: False (and nothing written) when one exists. On the
+    local disk the staged file is hard-linked into place, which fails if the name is taken; an object store
+    without conditional writes is checked first (two writers racing there can both succeed)."""
+    if isinstance(path, ObjectPath):
+        if path.fs.exists(path.key):
+            return False
+        path.fs.pipe_file(path.key, data)
+        return True
+    ensure_dir(path.parent)
+    staged = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
+    try:
+        staged.write_bytes(data)
+        _fsync(staged)
+        os.link(staged, path)
+    except FileExistsError:
+        return False
+    finally:
+        staged.unlink(missing_ok=True)
+    fsync_dir(path.parent)
+    return True
+
+
 def _write_local(files: list[tuple[Path, FileWriter]]) -> None:
     """Each file to a temp name, all synced, each renamed over its final name, the directories synced."""
     staged: list[Path] = []

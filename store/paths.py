@@ -66,6 +66,11 @@ def _under(root: StorePath, *parts: str) -> StorePath:
     return path
 
 
+def grant_file(root: StorePath, kind: str, name: str) -> StorePath:
+    """`grants/<kind>/<name>` (store/grants.py); callers validate `name`."""
+    return _under(root, "grants", kind, name)
+
+
 def session_of(directory: StorePath | str) -> tuple[StorePath, str]:
     """(store root, session id) of a `completions/session_id=<sid>` directory."""
     directory = store_path(directory)

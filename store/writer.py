@@ -83,6 +83,8 @@ FAILED = ("upstream_error", "timeout", "aborted", "disconnected")
 SESSION_SAVE_DELAY = 0.5  # seconds the calls of a session wait to share one summary-row rewrite (derived
 # data, recounted on open; at 0.05 s a busy gateway rewrote ~1 row per call, ~0.7 ms CPU each)
 MAX_SESSIONS = 1024  # session states kept in memory (a few KB each); older idle ones are dropped
+MAX_REFUSED_HOSTS = 64  # hosts a session row names in refused_hosts_json; later ones count together:
+OTHER_HOSTS = "(other hosts)"  # no host name has parentheses or spaces
 MAX_HOST = 255  # a DNS name is at most 253 characters; a refused host longer than this is not one
 _RECOUNT_COLUMNS = ["status", "http_status", "prompt_tokens", "completion_tokens", "created_at",
                     "finished_at", "task_id", "metadata_json", "chat_response_json"]
@@ -478,6 +480,8 @@ class StoreWriter:
         if not (0 < len(host) <= MAX_HOST and host.isprintable()):
             raise ValueError(f"a refused host must be printable text of 1 to {MAX_HOST} characters")
         with self._locked(validate_session_id(sid)) as state:
+            if host not in state.refused and len(state.refused) >= MAX_REFUSED_HOSTS:
+                host = OTHER_HOSTS  # the row stays small however many hosts a harness tries
             state.refused[host] = state.refused.get(host, 0) + 1
             state.version += 1
         self._flusher.submit(sid)

@@ -25,7 +25,8 @@ import pyarrow.parquet as pq
 from tracetap.capture.upstream import TokenCapture, parse_chat_response, parse_chat_stream
 from tracetap.store import connect
 
-from tracetap.launch import ChildProcess, GatewayProcess, free_port, start_gateway
+from tracetap.control import control_token
+from tracetap.launch import ChildProcess, GatewayProcess, free_port, register_session, start_gateway
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "vllm-0.32.0"
 INDEX = json.loads((FIXTURES / "index.json").read_text())
@@ -34,9 +35,15 @@ CHAT_FIXTURES = sorted(n for n, v in INDEX.items() if n.startswith("chat_") and 
 ERROR_FIXTURES = sorted(n for n in INDEX if n.startswith("error_"))
 ENGINE_READY = re.compile(r"tracetap engine serving \S+ at (http://\S+)")
 
-__all__ = ["FIXTURES", "CHAT_FIXTURES", "ERROR_FIXTURES", "GatewayProcess", "EngineProcess", "Plan",
+__all__ = ["FIXTURES", "CHAT_FIXTURES", "ERROR_FIXTURES", "GatewayProcess", "EngineProcess", "Plan", "register_session",
            "StubUpstream", "fixture_body", "fixture_capture", "fixture_request", "free_port", "scripted_gateway",
            "settled_snapshot", "start_engine", "start_gateway", "store_rows", "write_script"]
+
+
+def control_headers() -> dict[str, str]:
+    """What the trainer sends to a gateway's (or rollout server's) admin and session endpoints: the control
+    token every gateway of this test run uses ($TRACETAP_HOME/control-token)."""
+    return {"authorization": f"Bearer {control_token()}"}
 
 
 def fixture_body(name: str) -> bytes:

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Self
 
 from tracetap.capture import READY_MARKER
+from tracetap.control import control_token
 from tracetap.store import StorePath
 
 _READY = re.compile(re.escape(READY_MARKER) + r"http://[^\s]+:(\d+)\n")
@@ -93,15 +94,19 @@ def close_session(gateway_url: str, session_id: str) -> dict:
     return _post(f"{gateway_url}/sessions/{session_id}/close", None)
 
 
-def register_session(gateway_url: str, session_id: str, metadata: dict | None = None) -> dict:
-    """Name a session before its first call: its id then binds as an API key too (DESIGN §4)."""
-    return _post(f"{gateway_url}/sessions", {"session_id": session_id, "metadata": metadata or {}})
+def register_session(gateway_url: str, session_id: str, metadata: dict | None = None, **fields: object) -> dict:
+    """Name a session before its first call (`fields`: task_id, harness, session_key, outcome_token). The
+    answer holds the session key its harness calls with and the outcome token, unless it was registered
+    before (DESIGN §9)."""
+    return _post(f"{gateway_url}/sessions", {"session_id": session_id, "metadata": metadata or {}, **fields})
 
 
 def _post(url: str, body: dict | None) -> dict:
-    """POST to a gateway's own endpoints, never through a proxy; raises urllib.error.HTTPError."""
+    """POST to a gateway's own endpoints with the control token, never through a proxy; raises
+    urllib.error.HTTPError."""
     data = b"" if body is None else json.dumps(body).encode()
-    request = urllib.request.Request(url, method="POST", data=data, headers={"content-type": "application/json"})
+    headers = {"content-type": "application/json", "authorization": f"Bearer {control_token()}"}
+    request = urllib.request.Request(url, method="POST", data=data, headers=headers)
     with _DIRECT.open(request, timeout=60) as reply:
         return json.loads(reply.read())
 

@@ -28,6 +28,8 @@ API = "openai_chat"
 _ERROR_TYPES = {
     "invalid_request": "invalid_request_error",
     "not_found": "invalid_request_error",
+    "unauthorized": "authentication_error",
+    "forbidden": "permission_error",
     "payload_too_large": "invalid_request_error",
     "timeout": "timeout_error",
     "upstream_unreachable": "api_error",

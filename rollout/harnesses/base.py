@@ -2,9 +2,9 @@
 
 Presets are pure: they compute what to write and what to run from a `HarnessContext`; the node writes
 the files and runs the steps through the session's runtime, with `gateway_env(ctx)` plus the preset's
-env plus the task's agent env. Every model call of the harness authenticates with the session id as
-its API key (and, where the CLI allows, a `/s/<session>/` base URL), so the gateway binds it to the
-rollout session whatever session header the CLI sends itself (DESIGN §4).
+env plus the task's agent env. Every model call of the harness authenticates with the session's secret
+key as its API key (or proxy credential), so the gateway binds it to the rollout session whatever
+session header the CLI sends itself; the session id is only a name (DESIGN §4, §9).
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from tracetap.rollout.runtimes.base import SessionLayout
 @dataclass(frozen=True)
 class HarnessContext:
     session_id: str
+    session_key: str              # the secret the harness calls the gateway with (capture/capabilities.py)
     task_id: str
     instruction: str
     gateway_url: str              # the gateway root as the runtime reaches it, no /v1
@@ -56,19 +57,19 @@ class Harness(Protocol):
         """Steps after the run, e.g. copying the CLI's own session logs into logs/agent."""
 
 
-def session_base_url(ctx: HarnessContext) -> str:
-    """The gateway root with the session's path prefix: binds every call even without the key."""
-    return f"{ctx.gateway_url.rstrip('/')}/s/{ctx.session_id}"
+def base_url(ctx: HarnessContext) -> str:
+    """The gateway root (no /v1): the session key, not the URL, names the session."""
+    return ctx.gateway_url.rstrip("/")
 
 
 def gateway_env(ctx: HarnessContext) -> dict[str, str]:
     """What every step sees: the gateway's base URL for each provider API (or, via the proxy, the proxy
-    and its CA), the session id as every API key, and the session's folders (reference system §5.6)."""
-    sid, lay = ctx.session_id, ctx.layout
-    keys = {"ANTHROPIC_API_KEY": sid, "OPENAI_API_KEY": sid, "GOOGLE_API_KEY": sid, "GEMINI_API_KEY": sid}
+    and its CA), the session key as every API key, and the session's folders (reference system §5.6)."""
+    key, lay = ctx.session_key, ctx.layout
+    keys = {"ANTHROPIC_API_KEY": key, "OPENAI_API_KEY": key, "GOOGLE_API_KEY": key, "GEMINI_API_KEY": key}
     return {
         **keys, **_routing_env(ctx),
-        "SESSION_ID": sid, "TASK_ID": ctx.task_id, "HOME": lay.home, "SESSION_DIR": lay.root,
+        "SESSION_ID": ctx.session_id, "TASK_ID": ctx.task_id, "HOME": lay.home, "SESSION_DIR": lay.root,
         "WORKSPACE": lay.workspace, "ARTIFACTS_DIR": lay.artifacts, "LOGS_DIR": lay.logs,
         "AGENT_LOG_DIR": lay.agent_logs,
     }
@@ -78,7 +79,7 @@ def _routing_env(ctx: HarnessContext) -> dict[str, str]:
     if ctx.via_proxy:
         from tracetap.capture.proxy_client import proxy_env
 
-        return proxy_env(ctx.gateway_url, ctx.session_id)
-    base = session_base_url(ctx)
+        return proxy_env(ctx.gateway_url, ctx.session_key)
+    base = base_url(ctx)
     return {"ANTHROPIC_BASE_URL": base, "OPENAI_BASE_URL": f"{base}/v1", "GOOGLE_API_URL": base,
             "GOOGLE_GEMINI_BASE_URL": base}

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tracetap.rollout.harnesses.base import HarnessContext, session_base_url
+from tracetap.rollout.harnesses.base import HarnessContext, base_url
 from tracetap.rollout.harnesses.cli import CliHarness
 from tracetap.rollout.harnesses.settings import CliSettings
 
@@ -35,7 +35,7 @@ class Codex(CliHarness):
             config += ['model_provider = "openai"', 'preferred_auth_method = "apikey"']
         else:
             config += ['model_provider = "tracetap"', "[model_providers.tracetap]", 'name = "tracetap gateway"',
-                       f'base_url = "{session_base_url(ctx)}/v1"', 'env_key = "OPENAI_API_KEY"',
+                       f'base_url = "{base_url(ctx)}/v1"', 'env_key = "OPENAI_API_KEY"',
                        'wire_api = "responses"']
         return {f"{self._home(ctx)}/config.toml": "\n".join([*config, ""])}
 

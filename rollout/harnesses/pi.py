@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 
-from tracetap.rollout.harnesses.base import HarnessContext, session_base_url
+from tracetap.rollout.harnesses.base import HarnessContext, base_url
 from tracetap.rollout.harnesses.cli import CliHarness
 from tracetap.rollout.harnesses.settings import CliSettings
 
@@ -37,7 +37,7 @@ class Pi(CliHarness):
         if ctx.via_proxy:
             return {}  # the built-in provider of `proxy_model`
         provider, model = self.provider_model(ctx)
-        entry = {"baseUrl": f"{session_base_url(ctx)}/v1", "api": "openai-completions", "apiKey": ctx.session_id,
+        entry = {"baseUrl": f"{base_url(ctx)}/v1", "api": "openai-completions", "apiKey": ctx.session_key,
                  "compat": COMPAT,
                  "models": [{"id": model, "contextWindow": CONTEXT_WINDOW, "maxTokens": MAX_TOKENS}]}
         return {f"{ctx.layout.home}/.pi/agent/models.json": json.dumps({"providers": {provider: entry}}, indent=2)}

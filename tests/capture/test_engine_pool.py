@@ -55,7 +55,7 @@ def test_sessions_stick_to_one_engine_and_a_killed_engines_sessions_move_until_i
 
         first.stop(signal.SIGKILL)  # its three sessions' next calls go to the second engine, none fails
         assert {call(gw, sid) for sid in sessions} == {"Done."}
-        status = httpx.get(f"{gw.url}/admin/status", timeout=10).json()["engines"]
+        status = httpx.get(f"{gw.url}/admin/status", timeout=10, headers=live.control_headers()).json()["engines"]
         assert (status[urls["first"]]["healthy"], status[urls["second"]]["healthy"]) == (False, True)
         rows = live.store_rows(gw.store, "session_id LIKE 'sk-tap-pool-%'")
 
@@ -75,7 +75,8 @@ def test_sessions_stick_to_one_engine_and_a_killed_engines_sessions_move_until_i
 
 def wait_healthy(gw, url: str) -> None:
     deadline = time.monotonic() + 20
-    while not httpx.get(f"{gw.url}/admin/status", timeout=10).json()["engines"][url]["healthy"]:
+    status = f"{gw.url}/admin/status"
+    while not httpx.get(status, timeout=10, headers=live.control_headers()).json()["engines"][url]["healthy"]:
         assert time.monotonic() < deadline, "the health check did not put the engine back"
         time.sleep(0.2)
 

@@ -14,7 +14,7 @@ import httpx
 import live
 import openai
 import pytest
-from tracetap.capture.admin import Refused, control_for
+from tracetap.capture.admin import Control, Refused
 from tracetap.capture.fence import Aborted, Fence
 from tracetap.store import StoreReader
 
@@ -47,7 +47,8 @@ def impatient(stub, tmp_path_factory):
 
 
 def admin(gw, action: str, body: dict | None = None, token: str | None = None) -> httpx.Response:
-    headers = {"authorization": f"Bearer {token}"} if token else {}
+    """An admin call with `token`, else with the control token every gateway of this run uses by default."""
+    headers = {"authorization": f"Bearer {token}"} if token else live.control_headers()
     if action == "status":
         return httpx.get(f"{gw.url}/admin/status", headers=headers, timeout=10)
     return httpx.post(f"{gw.url}/admin/{action}", json=body or {}, headers=headers, timeout=10)
@@ -141,9 +142,21 @@ def test_while_paused_new_calls_get_503_with_retry_after_in_their_apis_shape(imp
 
 
 def test_the_admin_endpoints_need_the_control_token_when_one_is_set(impatient):
-    assert admin(impatient, "status").status_code == 401
+    assert admin(impatient, "status").status_code == 401  # the default token is not this gateway's
     assert admin(impatient, "pause", token="wrong-token-wrong-token").status_code == 401
     assert admin(impatient, "status", token=TOKEN).json()["paused"] is False
+
+
+def test_the_admin_endpoints_need_the_control_token_on_loopback_too(gw):
+    """No token given: the gateway uses the token file's, and a caller without it moves nothing."""
+    before = admin(gw, "status").json()
+    for action, body in (("pause", {"in_flight": "abort"}), ("resume", {"policy_version": "attacker-v999"}),
+                         ("status", None)):
+        method = httpx.get if action == "status" else httpx.post
+        kwargs = {} if body is None else {"json": body}
+        reply = method(f"{gw.url}/admin/{action}", timeout=10, **kwargs)
+        assert reply.status_code == 401 and "control token" in reply.json()["error"]["message"]
+    assert admin(gw, "status").json() == before and before["policy_version"] != "attacker-v999"
 
 
 @pytest.mark.parametrize(("body", "message"), [
@@ -158,12 +171,13 @@ def test_bad_admin_bodies_are_422s_naming_the_field(gw, body, message):
     assert admin(gw, "status").json()["paused"] is False
 
 
-def test_admin_is_off_beyond_loopback_without_a_token():
-    assert control_for("127.0.0.1", None).enabled and control_for("::1", None).enabled
-    for host in ("0.0.0.0", "192.0.2.7"):
-        with pytest.raises(Refused, match="without --control-token"):
-            control_for(host, None).check({})
-    control_for("0.0.0.0", "t" * 16).check({"authorization": "Bearer " + "t" * 16})
+def test_admin_is_off_without_a_token():
+    with pytest.raises(Refused, match="no control token"):
+        Control(None).check({"authorization": "Bearer anything-at-all-here"})
+    Control("t" * 16).check({"authorization": "Bearer " + "t" * 16})
+    Control("t" * 16).check({"x-tracetap-control-token": "t" * 16})
+    with pytest.raises(Refused, match="needs the control token"):
+        Control("t" * 16).check({"authorization": "Bearer " + "t" * 15})
 
 
 def wait_for_token(gw, key: str, value: int) -> None:
@@ -177,8 +191,8 @@ def wait_for_token(gw, key: str, value: int) -> None:
 def test_a_session_across_a_weight_update_is_trainable_within_its_max_staleness(stub, tmp_path, staleness, status):
     sid = f"sk-tap-span-{staleness}"
     with live.start_gateway(tmp_path / "store", "--upstream", stub.url, "--policy-version", "1") as gw:
-        httpx.post(f"{gw.url}/sessions", json={"session_id": sid, "metadata": {"max_staleness": staleness}})
-        client = openai.OpenAI(base_url=f"{gw.url}/v1", api_key=sid, max_retries=0)
+        key = live.register_session(gw.url, sid, {"max_staleness": staleness})["session_key"]
+        client = openai.OpenAI(base_url=f"{gw.url}/v1", api_key=key, max_retries=0)
         client.chat.completions.create(model="m", messages=MESSAGES)
         admin(gw, "pause")
         admin(gw, "resume", {"policy_version": 2})

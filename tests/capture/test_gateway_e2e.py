@@ -195,12 +195,12 @@ def test_bad_input_is_the_sdk_error_class(gw):
 
 def test_close_session_compacts(gw):
     run_agent(client(gw, key="sk-tap-to-close"), stream_second=False)
-    response = httpx.post(f"{gw.url}/sessions/sk-tap-to-close/close")
+    response = httpx.post(f"{gw.url}/sessions/sk-tap-to-close/close", headers=live.control_headers())
     assert response.status_code == 200 and response.json()["status"] == "closed"
     directory = gw.store / "completions" / "session_id=sk-tap-to-close"
     assert [p.name for p in directory.glob("*.parquet")] == ["part-2.parquet"]
     assert len(rows(gw, "session_id = 'sk-tap-to-close'")) == 2
-    assert httpx.post(f"{gw.url}/sessions/bad!/close").status_code == 400
+    assert httpx.post(f"{gw.url}/sessions/bad!/close", headers=live.control_headers()).status_code == 400
 
 
 def test_every_recorded_completion_is_aligned_and_decodes(gw):

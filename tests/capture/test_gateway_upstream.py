@@ -133,7 +133,7 @@ def test_count_tokens_asks_the_upstream(gw):
 
 
 def test_close_unknown_session_is_404(gw):
-    response = httpx.post(f"{gw.url}/sessions/never-seen/close")
+    response = httpx.post(f"{gw.url}/sessions/never-seen/close", headers=live.control_headers())
     assert response.status_code == 404 and response.json()["error"]["code"] == "not_found"
 
 

@@ -16,6 +16,7 @@ from collections import defaultdict
 from pathlib import Path
 
 import httpx
+import live
 import pyarrow.parquet as pq
 import pytest
 from tracetap.store import connect
@@ -57,7 +58,7 @@ class Run:
         """Close the session (the gateway compacts it; its next call opens it again); False once the
         gateway is gone."""
         try:
-            http.post(f"{self.url}/sessions/{sid}/close").raise_for_status()
+            http.post(f"{self.url}/sessions/{sid}/close", headers=live.control_headers()).raise_for_status()
         except httpx.TransportError:
             return False
         return True

@@ -120,7 +120,7 @@ def test_sdks_with_default_base_urls_are_recorded_under_the_proxy_credential(pro
     for row in rows:
         assert row["prompt_token_ids"] and row["completion_token_ids"]
         assert len(row["logprobs"]) == len(row["completion_token_ids"])
-        assert json.loads(row["metadata_json"])["session_source"] == "header"  # the credential, passed on
+        assert json.loads(row["metadata_json"])["session_source"] == "proxy"  # the credential names it
 
 
 def test_neither_a_proxied_api_key_nor_the_ca_key_reaches_the_store(proxy):
@@ -135,6 +135,7 @@ def test_neither_a_proxied_api_key_nor_the_ca_key_reaches_the_store(proxy):
 
 
 def test_a_host_that_is_no_model_api_is_refused_and_counted(proxy):
+    live.register_session(proxy.url, "proxied-refusals")  # refusals count under sessions the store has
     with origin("127.0.0.2") as refused:
         done = run_client(FETCH, proxy, "proxied-refusals", f"{refused}/telemetry")
         again = run_client(FETCH, proxy, "proxied-refusals", f"{refused}/telemetry")

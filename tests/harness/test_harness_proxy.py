@@ -57,7 +57,7 @@ def run_through_proxy(name: str, root: Path) -> tuple[subprocess.CompletedProces
     """The CLI's one-shot run under `unshare -n` + `tracetap run` + `strace`; (outcome, session id, layout)."""
     preset, session = CLI_HARNESSES[name], f"proxied-{name.replace('_', '-')}"
     folders = layout(root / "session")
-    ctx = HarnessContext(session_id=session, task_id="proxy", instruction=cli_sessions.PROMPT,
+    ctx = HarnessContext(session_id=session, session_key=session, task_id="proxy", instruction=cli_sessions.PROMPT,
                          gateway_url="http://127.0.0.1:9", layout=folders, via_proxy=True)
     for path, text in preset.files(ctx).items():
         Path(path).parent.mkdir(parents=True, exist_ok=True)

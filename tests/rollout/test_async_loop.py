@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import httpx
+import live
 from conftest import DEMO
 from tracetap.rollout.serve import ServeConfig, rollout_server
 
@@ -19,7 +20,7 @@ def test_the_example_loop_produces_rewarded_samples_for_two_policy_versions(tmp_
     with rollout_server(ServeConfig(tmp_path / "store", script=DEMO / "script.jsonl")) as server:
         done = subprocess.run([sys.executable, str(EXAMPLE), "--server", server.url, "--rounds", "2"],
                               capture_output=True, text=True, timeout=600)
-        status = httpx.get(f"{server.url}/admin/status", timeout=30).json()
+        status = httpx.get(f"{server.url}/admin/status", timeout=30, headers=live.control_headers()).json()
     assert done.returncode == 0, done.stderr[-3000:]
     rounds = [json.loads(line) for line in done.stdout.splitlines()]
     assert [(r["policy_version"], r["samples"], r["versions"]) for r in rounds] == [("1", 2, ["1"]), ("2", 2, ["2"])]

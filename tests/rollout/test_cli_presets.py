@@ -27,15 +27,15 @@ from tracetap.rollout.models import TaskRequest
 from tracetap.rollout.runtimes.local import LocalRuntime
 
 GATEWAY = "http://127.0.0.1:9"
-SID = "sk-tap-unit-1"
-BASE = f"{GATEWAY}/s/{SID}"
+SID = "ses-unit-1"
+KEY = "sk-tapkey-" + "u" * 43
 NAMES = list(CLI_HARNESSES)
 
 
 def context(runtime_root: Path, model: str | None = None, **settings) -> HarnessContext:
     runtime = LocalRuntime(runtime_root, SID)
-    return HarnessContext(session_id=SID, task_id="t", instruction="Fix the tests, please.", gateway_url=GATEWAY,
-                          layout=runtime.layout, model_name=model, settings=settings)
+    return HarnessContext(session_id=SID, session_key=KEY, task_id="t", instruction="Fix the tests, please.",
+                          gateway_url=GATEWAY, layout=runtime.layout, model_name=model, settings=settings)
 
 
 def parsed(path: str, text: str) -> object:
@@ -60,7 +60,7 @@ def test_each_preset_points_its_cli_at_the_session(name, tmp_path, monkeypatch):
     monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-real-secret")
     ctx = context(tmp_path)
     text = everything(name, ctx)
-    assert BASE in text and SID in text  # the session's path prefix and its id as the key
+    assert GATEWAY in text and KEY in text  # the gateway and the session's key
     assert "sk-real-secret" not in text
     assert f"$AGENT_LOG_DIR/{CLI_HARNESSES[name].log_file}" in text
 
@@ -180,7 +180,7 @@ def test_the_run_step_tees_the_cli_output_and_keeps_its_exit_code(tmp_path, monk
     tee = Path(ctx.layout.agent_logs, "pi.txt").read_text()
     assert tee == result.stdout_path.read_text()
     lines = tee.splitlines()
-    assert lines[0] == f"home={ctx.layout.home} key={SID}" and lines[-1] == "oops"
+    assert lines[0] == f"home={ctx.layout.home} key={KEY}" and lines[-1] == "oops"
     assert lines[1].startswith("args: --print --mode json --no-session") and lines[1].endswith("Fix the tests, please.")
 
 

@@ -34,15 +34,18 @@ import click
 def command(session_id: str | None, gateway_url: str | None, store: Path, upstream: str, script: Path | None,
             max_model_len: int | None, passed: tuple[str, ...], provider_hosts: tuple[str, ...],
             cmd: tuple[str, ...]) -> None:
-    """Run CMD with HTTPS_PROXY (naming the session) and the CA set, then close the session.
+    """Run CMD with HTTPS_PROXY (its user name the session's secret key) and the CA set, then close the session.
 
     The command's calls to the model API hosts are recorded as if it had been pointed at the gateway;
-    other hosts are refused (counted per session) unless passed. Exits with CMD's exit code.
+    other hosts are refused (counted per session) unless passed. The gateway this command starts binds
+    calls by session key only, and CMD never sees the control token, so it can neither write to another
+    session, post its own outcome nor move the fence. Exits with CMD's exit code.
 
     Example: tracetap run --store runs/store -- claude -p "fix the tests"
     """
+    from tracetap.capture.capabilities import new_session_key
     from tracetap.capture.proxy_client import proxy_env
-    from tracetap.launch import register_session
+    from tracetap.control import without_control_token
     from tracetap.store import InvalidSessionId, validate_session_id
 
     try:
@@ -51,12 +54,27 @@ def command(session_id: str | None, gateway_url: str | None, store: Path, upstre
         raise click.BadParameter(str(exc), param_hint="--session") from None
     gateway_args = _gateway_args(upstream, script, max_model_len, passed, provider_hosts) + [
         "--proxy-session", session_id]  # its only client: calls with no proxy credential are this command's too
+    key = new_session_key()
     with _gateway(gateway_url, store, gateway_args) as url:
-        register_session(url, session_id, {"program": Path(cmd[0]).name})  # never its arguments: they may hold keys
-        code = _run(cmd, {**proxy_env(url, session_id), "TRACETAP_SESSION": session_id})
+        _register(url, session_id, key, Path(cmd[0]).name)
+        env = {**without_control_token(os.environ), **proxy_env(url, key), "TRACETAP_SESSION": session_id}
+        code = _run(cmd, env)
         summary = _close(url, session_id)
     _report(session_id, url, store if gateway_url is None else None, summary)
     raise SystemExit(code)
+
+
+def _register(url: str, session_id: str, key: str, program: str) -> None:
+    """Register the session with its key: the program's name only, never its arguments (they may hold keys)."""
+    import urllib.error
+
+    from tracetap.launch import register_session
+
+    try:
+        register_session(url, session_id, {"program": program}, session_key=key)
+    except urllib.error.HTTPError as exc:
+        raise click.ClickException(f"registering session {session_id} at {url} failed: HTTP {exc.code} "
+                                   f"{exc.read().decode(errors='replace')[:300]}") from None
 
 
 def _new_session() -> str:
@@ -65,7 +83,7 @@ def _new_session() -> str:
 
 def _gateway_args(upstream: str, script: Path | None, max_model_len: int | None, passed: tuple[str, ...],
                   provider_hosts: tuple[str, ...]) -> list[str]:
-    args = ["--mode", "proxy", "--upstream", upstream]
+    args = ["--mode", "proxy", "--sessions", "keyed", "--upstream", upstream]
     args += ["--script", str(script)] if script else []
     args += ["--max-model-len", str(max_model_len)] if max_model_len else []
     for host in passed:
@@ -93,7 +111,7 @@ def _gateway(url: str | None, store: Path, args: list[str]):
 
 def _run(cmd: tuple[str, ...], env: dict[str, str]) -> int:
     try:
-        child = subprocess.Popen(list(cmd), env={**os.environ, **env})
+        child = subprocess.Popen(list(cmd), env=env)
     except OSError as exc:
         click.echo(f"tracetap run: cannot start {cmd[0]}: {exc.strerror}", err=True)
         return 127
