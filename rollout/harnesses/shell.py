@@ -1,6 +1,6 @@
 """`shell`: a custom command (`agent.settings.command`) run with `bash -lc` in the session's workspace.
 
-The command sees the gateway env (base URLs, the session id as every API key) plus `$INSTRUCTION`, and
+The command sees the gateway env (base URLs, the session key as every API key) plus `$INSTRUCTION`, and
 `$MODEL` when the task names a model, so any script or CLI can be a harness.
 """
 
