@@ -6,7 +6,9 @@ template's canonical ones (a word in pieces, `<tool_call>` as text), the next pr
 prompt + sampled ids, and a trainer sees tokens the policy never produced. Matching is done on the text
 the chat template renders, so it holds for any template:
 
-- each answered call is remembered as its prompt text and that text + the text of its sampled ids;
+- each answered call is remembered as its prompt text and that text + the text of its sampled ids. With
+  thinking off, Qwen3's template (and ours) ends the generation prompt with an empty think block that it
+  leaves out of past turns: that `block` is left out of the remembered text, and kept in the ids verbatim;
 - a request whose rendered prompt starts with an earlier call's prompt + sampled text extends it (a call
   that did not end with the end-of-turn token, cut by `length`, only when the template closes the turn
   right there): the prompt is that call's ids + the rest of the rendered text, tokenized alone;
@@ -64,6 +66,12 @@ class Prompt:
     continues: str | None = None  # the completion whose prompt + sampled ids this prompt starts with
     added: int = 0  # tokens after that completion's ids (all of them when rendered from scratch)
     retry_of: str | None = None  # an earlier call this one repeats (same rendered prompt)
+    block: str = ""  # the end of the generation prompt a later history renders without (ChatTokenizer)
+
+    @property
+    def kept_text(self) -> str:
+        """The prompt as a later history renders it, up to where the sampled text follows."""
+        return self.text.removesuffix(self.block)
 
     def metadata(self) -> dict[str, Any]:
         found = {"continues": self.continues, "added_tokens": self.added}
@@ -76,7 +84,7 @@ class Turn:
 
     completion_id: str
     prompt_key: Key
-    reply_key: Key  # prompt text + the text of the sampled ids
+    reply_key: Key  # prompt text (without its block) + the text of the sampled ids
     closed: bool  # the sampled text ends with the end-of-turn token's text
     prompt: array
     sampled: array
@@ -99,23 +107,26 @@ class Continuity:
         self._held = 0  # token ids held in all
         self._lock = threading.Lock()
 
-    def prompt(self, session: str, text: str) -> Prompt:
-        """The prompt for a request of `session` that renders as `text`."""
+    def prompt(self, session: str, text: str, block: str = "") -> Prompt:
+        """The prompt for a request of `session` that renders as `text`, its generation prompt ending with
+        `block` (see `Prompt.block`)."""
         turns = self._recent(session)
         retried = next((t for t in reversed(turns) if t.prompt_key.length == len(text)
                         and t.prompt_key.starts(text)), None)
         if retried is not None:
-            return Prompt(text, retried.prompt.tolist(), retried.continues, retried.added, retried.completion_id)
+            return Prompt(text, retried.prompt.tolist(), retried.continues, retried.added, retried.completion_id,
+                          block)
         extended = [t for t in turns if self._extends(t, text)]
         if not extended:
-            return self._scratch(text)
+            return self._scratch(text, block)
         base = max(extended, key=lambda t: t.reply_key.length)
         added = self.tokenizer.encode(text[base.reply_key.length:])
-        return Prompt(text, base.prompt.tolist() + base.sampled.tolist() + added, base.completion_id, len(added))
+        ids = base.prompt.tolist() + base.sampled.tolist() + added
+        return Prompt(text, ids, base.completion_id, len(added), block=block)
 
-    def _scratch(self, text: str) -> Prompt:
+    def _scratch(self, text: str, block: str) -> Prompt:
         ids = self.tokenizer.encode(text)
-        return Prompt(text, ids, None, len(ids))
+        return Prompt(text, ids, None, len(ids), block=block)
 
     def _extends(self, turn: Turn, text: str) -> bool:
         """`text` holds the turn's prompt and sampled text, then something new (a closed turn first)."""
@@ -129,8 +140,9 @@ class Continuity:
         if not sampled:
             return
         reply = self.tokenizer.decode(sampled)
-        turn = Turn(completion_id, Key.of(prompt.text), Key.of(prompt.text + reply), reply.endswith(self.end_of_turn),
-                    array("i", prompt.ids), array("i", sampled), prompt.continues, prompt.added)
+        turn = Turn(completion_id, Key.of(prompt.text), Key.of(prompt.kept_text + reply),
+                    reply.endswith(self.end_of_turn), array("i", prompt.ids), array("i", sampled), prompt.continues,
+                    prompt.added)
         with self._lock:
             kept = self._memory.setdefault(session, deque())
             self._memory.move_to_end(session)

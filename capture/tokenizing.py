@@ -1,12 +1,13 @@
 """`--tokenize gateway`: the gateway renders and tokenizes each prompt itself and parses the sampled ids.
 
 The chat request the adapters built is rendered with the served model's chat template and tokenizer, sent
-to the upstream's `/v1/completions` as token ids (asking for the sampled ids and logprobs), and the answer
-is turned back into a vLLM chat completion (tokens/message.py), so the adapters, the store and the
-provider shapes work exactly as in `upstream` mode. The stored `chat_request` stays the chat request (what
-replay matches on); `metadata_json` says `{"tokenization": "gateway"}`, which earlier completion the prompt
-continues and how many tokens it added (capture/continuity.py). Streamed, the completions chunks become chat
-chunks as they arrive (capture/tokenized_stream.py) that fold into the same answer.
+to the upstream's `/v1/completions` as token ids (asking for the sampled ids and logprobs; its structured
+output and forced tool choice as capture/output_constraints.py writes them), and the answer is turned back
+into a vLLM chat completion (tokens/message.py), so the adapters, the store and the provider shapes work
+exactly as in `upstream` mode. The stored `chat_request` stays the chat request (what replay matches on);
+`metadata_json` says `{"tokenization": "gateway"}`, which earlier completion the prompt continues and how
+many tokens it added (capture/continuity.py). Streamed, the completions chunks become chat chunks as they
+arrive (capture/tokenized_stream.py) that fold into the same answer.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from typing import Any
 from tracetap.capture.answer_fields import InvalidAnswer
 from tracetap.capture.continuity import Continuity, Prompt
 from tracetap.capture.jsontext import dumps
+from tracetap.capture.output_constraints import output_constraints
 from tracetap.capture.tokenized_stream import ChatChunks, chat_id
 from tracetap.capture.upstream import (
     STREAM_OPTIONS,
@@ -33,10 +35,11 @@ from tracetap.tokens.message import ToolUse, chat_message
 from tracetap.tokens.parsing import thinking_open
 from tracetap.tokens.streaming import ReplyStream, Settings
 
-# chat fields `/v1/completions` takes as they are (vLLM's sampling parameters)
+# chat fields `/v1/completions` takes as they are (vLLM's sampling parameters; the structured-output ones are
+# in capture/output_constraints.py)
 SAMPLING = ("model", "temperature", "top_p", "top_k", "min_p", "seed", "stop", "stop_token_ids", "n",
             "presence_penalty", "frequency_penalty", "repetition_penalty", "logit_bias", "ignore_eos",
-            "min_tokens", "include_stop_str_in_output", "structured_outputs")
+            "min_tokens", "include_stop_str_in_output")
 METADATA = {"tokenization": "gateway"}
 
 
@@ -135,24 +138,31 @@ class TokenizingUpstream:
             await asyncio.to_thread(self.continuity.remember, session_id or "", completion_id, prompt, sampled)
 
     def _prompt(self, chat_request: dict, session: str) -> Prompt:
-        return self.continuity.prompt(session, self._render(chat_request))
+        return self.continuity.prompt(session, self._render(chat_request), self._block(chat_request))
 
     def _render(self, chat_request: dict) -> str:
         """The prompt text; a history the template cannot render is the caller's 400."""
         try:
-            text = self.tokenizer.render(
-                chat_request.get("messages") or [], chat_request.get("tools"), True,
-                **(chat_request.get("chat_template_kwargs") or {}),
-            )
+            text = self.tokenizer.render(chat_request.get("messages") or [], chat_request.get("tools"), True,
+                                         **_template_kwargs(chat_request))
         except Exception as exc:  # jinja raises anything on a malformed history
             message = f"Could not render the chat template: {exc}"
             raise UpstreamError("http", message, 400, {"error": {"message": message}}) from None
         return text
 
+    def _block(self, chat_request: dict) -> str:
+        """What the generation prompt adds that past turns leave out (continuity.py); none for a template
+        that cannot render the probe history."""
+        try:
+            return self.tokenizer.generation_block(**_template_kwargs(chat_request))
+        except Exception:  # jinja raises anything
+            return ""
+
     def _completions_request(self, chat_request: dict, prompt: list[int], stream: bool) -> dict[str, Any]:
-        """The chat request's sampling fields with the prompt as ids; token data asked for as in chat (streamed
-        with the usage on every chunk)."""
+        """The chat request's sampling fields and output constraints with the prompt as ids; token data asked
+        for as in chat (streamed with the usage on every chunk)."""
         sent = {key: chat_request[key] for key in SAMPLING if chat_request.get(key) is not None}
+        sent.update(output_constraints(chat_request))
         asked = chat_request.get("max_completion_tokens") or chat_request.get("max_tokens")
         room = (self.client.max_model_len or 0) - len(prompt)
         if asked or room > 0:  # chat's default is the rest of the context; completions' is only 16
@@ -199,6 +209,11 @@ class TokenizingUpstream:
         token_id = int(digits)
         text, raw = self.tokenizer.decode([token_id]), self.tokenizer.token_bytes(token_id)
         return {"token": text, "token_id": token_id, "logprob": logprob, "bytes": list(raw)}
+
+
+def _template_kwargs(chat_request: dict) -> dict[str, Any]:
+    """The chat template's own arguments (`enable_thinking`, ...)."""
+    return chat_request.get("chat_template_kwargs") or {}
 
 
 def reading(chat_request: dict, prompt: str) -> Settings:

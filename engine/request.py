@@ -9,6 +9,7 @@ from typing import Any
 from tracetap.tokens.message import ToolUse
 
 MAX_TOP_LOGPROBS = 20  # vLLM's default --max-logprobs
+CONSTRAINTS = ("response_format", "structured_outputs")  # structured outputs, as vLLM takes them on both routes
 
 
 class EngineError(Exception):
@@ -57,6 +58,7 @@ class Generation:
     return_token_ids: bool = False
     stream: bool = False
     include_usage: bool = False  # stream_options: a last chunk with the usage
+    constraints: dict[str, Any] = field(default_factory=dict)  # accepted, not enforced (server.py says so)
 
     @property
     def candidates(self) -> int:
@@ -143,6 +145,7 @@ def _generation(body: dict[str, Any], max_model_len: int, default_max: int | Non
         "return_token_ids": bool(_optional(body, "return_token_ids", bool)),
         "stream": bool(_optional(body, "stream", bool)),
         "include_usage": bool((_optional(body, "stream_options", dict) or {}).get("include_usage")),
+        "constraints": {name: body[name] for name in CONSTRAINTS if _optional(body, name, dict) is not None},
     }
 
 

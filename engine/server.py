@@ -21,7 +21,7 @@ from urllib.parse import urlsplit
 
 from tracetap.engine import responses
 from tracetap.engine.completion import MAX_MODEL_LEN, Engine
-from tracetap.engine.request import EngineError, parse_chat, parse_completion, parse_json
+from tracetap.engine.request import EngineError, Generation, parse_chat, parse_completion, parse_json
 from tracetap.engine.script import Script
 
 SESSION_HEADER = "x-tracetap-session"
@@ -88,11 +88,13 @@ class EngineServer:
 
     def chat(self, handler: Handler) -> tuple[int, Any]:
         request = parse_chat(parse_json(handler.body()), self.engine.max_model_len)
+        _unenforced(request, handler)
         done = self.engine.complete(request, handler.headers.get(SESSION_HEADER))
         return self._answer(request, done, responses.chat_chunks, responses.chat_completion)
 
     def completions(self, handler: Handler) -> tuple[int, Any]:
         request = parse_completion(parse_json(handler.body()), self.engine.max_model_len)
+        _unenforced(request, handler)
         done = self.engine.complete_prompt(request, handler.headers.get(SESSION_HEADER))
         return self._answer(request, done, responses.text_chunks, responses.text_completion)
 
@@ -121,6 +123,14 @@ class EngineServer:
         if not isinstance(ids, list) or not all(isinstance(i, int) for i in ids):
             raise EngineError("`tokens` must be a list of token ids.", param="tokens")
         return 200, {"prompt": self.engine.tokenizer.decode(ids)}
+
+
+def _unenforced(request: Generation, handler: Handler) -> None:
+    """The engine samples freely: the structured outputs a request asked for are logged as not enforced (one
+    JSON line, the request's session first), never pretended to be honoured."""
+    if request.constraints:
+        log.warning("session %s: structured outputs not enforced by the embedded engine: %s",
+                    handler.headers.get(SESSION_HEADER), json.dumps(request.constraints, sort_keys=True))
 
 
 ROUTES = {

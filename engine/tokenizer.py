@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import json
+import threading
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -37,6 +38,11 @@ CONTROL_IDS = frozenset(range(FIRST_ADDED_ID, FIRST_ADDED_ID + 14))
 IM_END_ID = 151645
 END_OF_TEXT_ID = 151643
 ASSISTANT_HEADER = "<|im_start|>assistant\n"
+PROBE = "tracetap-probe"  # the content of the assistant turn `generation_block` renders to find its opening
+# One load at a time: transformers' lazy import fails in a thread that asks for a name while another
+# thread is still importing it (`cannot import name 'PreTrainedTokenizerFast'`), so threads decoding for
+# the first time at once (`tracetap build`'s two build threads) wait for the one load.
+_LOADING = threading.Lock()
 
 
 def vocab_file() -> Path:
@@ -76,12 +82,19 @@ def build_tokenizer(out_dir: Path) -> None:
 
 def load_tokenizer(cache_dir: Path | None = None) -> ChatTokenizer:
     """The tokenizer, built on first use into `cache_dir` (default `$TRACETAP_HOME/tokenizer`)."""
-    return _load(Path(cache_dir or home_dir() / "tokenizer").resolve())
+    folder = Path(cache_dir or home_dir() / "tokenizer").resolve()
+    with _LOADING:
+        return _load(folder)
+
+
+def open_tokenizer(folder: Path) -> ChatTokenizer:
+    """A served model's own tokenizer folder (transformers format, its chat template included), as is."""
+    with _LOADING:
+        return _open(folder)
 
 
 @cache
-def open_tokenizer(folder: Path) -> ChatTokenizer:
-    """A served model's own tokenizer folder (transformers format, its chat template included), as is."""
+def _open(folder: Path) -> ChatTokenizer:
     from transformers import AutoTokenizer
 
     return ChatTokenizer(AutoTokenizer.from_pretrained(str(folder)))
@@ -142,6 +155,20 @@ class ChatTokenizer:
             raise ValueError("the template did not render the reply as an appended assistant turn")
         turn = after[len(before) + len(ASSISTANT_HEADER):]
         return turn[: turn.index("<|im_end|>") + len("<|im_end|>")]
+
+    def generation_block(self, **template_kwargs: Any) -> str:
+        """What the generation prompt adds after the opening a past assistant turn keeps when the history is
+        rendered again: Qwen3's (and our) empty `<think>\\n\\n</think>\\n\\n` with thinking off; "" when a past
+        turn opens as the generation prompt does. Found by rendering a probe history, for any template."""
+        asked = [{"role": "user", "content": "?"}]
+        before = self.render(asked, add_generation_prompt=False, **template_kwargs)
+        prompt = self.render(asked, add_generation_prompt=True, **template_kwargs).removeprefix(before)
+        mark = {"role": "assistant", "content": PROBE}
+        later = self.render([*asked, mark, *asked], add_generation_prompt=False, **template_kwargs)
+        opening = later.removeprefix(before).partition(PROBE)[0]
+        if not (later.startswith(before) and PROBE in later and prompt.startswith(opening)):
+            return ""
+        return prompt[len(opening):]
 
     @property
     def end_of_turn(self) -> str:

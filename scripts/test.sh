@@ -32,7 +32,8 @@ TRACETAP_TEST_STORE_FORM=v1 "$VENV/bin/python" -m pytest -q "${PARALLEL[@]}" $RE
     --deselect tests/builders/test_runner.py::test_rebuild_replaces_a_session_and_leaves_no_temp_files \
     --deselect tests/builders/test_runner.py::test_compacted_and_loose_files_read_alike
 TRACETAP_TEST_STORE_FORM=v1-migrated "$VENV/bin/python" -m pytest -q "${PARALLEL[@]}" $READ_SIDE
-"$VENV/bin/python" -m pytest -q -m soak tests/capture/test_gateway_soak.py tests/capture/test_group_commit_crash.py
+"$VENV/bin/python" -m pytest -q -m soak tests/capture/test_gateway_soak.py tests/capture/test_group_commit_crash.py \
+    tests/capture/test_gateway_flood.py
 "$VENV/bin/python" -m pytest -q -rP -m harness tests/harness  # -rP shows the proxy runs' reports
 "$VENV/bin/python" -m pytest -q -m docker tests/images tests/rollout/test_docker_runtime.py tests/rollout/test_docker_rollout.py \
     tests/rollout/test_docker_evaluators.py tests/tracetap/test_demo.py

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 
 import pytest
 from click.testing import CliRunner
@@ -77,3 +79,25 @@ def test_a_damaged_session_file_is_a_clear_error(store, workers):
 def test_a_missing_store_is_an_error(tmp_path):
     result = run("--store", str(tmp_path / "nowhere"), "--builder", "per_request", code=1)
     assert "does not exist" in result.output
+
+
+@pytest.fixture
+def drifting(tmp_path):
+    """12 sessions whose second prompt re-renders the first turn in other ids: building decodes them."""
+    rows = []
+    for n in range(12):
+        chat = Conversation([10], session_id=f"s{n}").say("user", [20])
+        rows.append(chat.ask([30, 31], canonical=[90]))
+        rows.append(chat.say("user", [21]).ask([32]))
+    return write_store(tmp_path / "store", rows)
+
+
+def test_two_build_threads_decoding_first_at_once_load_the_tokenizer_once(drifting):
+    """Each run is a fresh process, so both build threads ask for the cold tokenizer at the same moment."""
+    command = [sys.executable, "-m", "tracetap.cli", "build", "--store", str(drifting), "--builder",
+               "prefix_merging", "--workers", "1", "--json"]
+    for _ in range(3):
+        done = subprocess.run(command, capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, done.stderr[-2000:]
+        summary = json.loads(done.stdout)
+        assert (summary["sessions"], summary["drift_tokens_by_kind"]) == (12, {"content": 24})

@@ -104,6 +104,22 @@ def test_reasoning_the_harness_dropped_renders_from_scratch(memory, tokenizer):
     assert memory.prompt("s", tokenizer.render([SYSTEM, USER, REPLY, RESULT])).continues is None
 
 
+def test_thinking_off_turns_continue_with_the_empty_think_block_kept(memory, tokenizer):
+    """The generation prompt ends with an empty think block the template leaves out of past turns: the
+    later prompt still starts with the first prompt (block included) + the sampled ids."""
+    off = {"enable_thinking": False}
+    block = tokenizer.generation_block(**off)
+    assert (block, tokenizer.generation_block()) == ("<think>\n\n</think>\n\n", "")
+    first = memory.prompt("s", tokenizer.render([SYSTEM, USER], **off), block)
+    ids = sampled(tokenizer, [SYSTEM, USER], REPLY)
+    memory.remember("s", "c1", first, ids)
+    later = tokenizer.render([SYSTEM, USER, REPLY, RESULT], **off)
+    assert block not in later.removesuffix(block)  # the past turn is rendered without it
+    second = memory.prompt("s", later, block)
+    assert second.continues == "c1" and second.ids[:len(first.ids) + len(ids)] == first.ids + ids
+    assert tokenizer.decode(second.ids) == first.text + later[len(first.kept_text):]  # the block where it was
+
+
 def test_sessions_do_not_share_calls(memory, tokenizer):
     answer(memory, tokenizer, "c1", [SYSTEM, USER], REPLY, session="a")
     assert memory.prompt("b", tokenizer.render([SYSTEM, USER, REPLY, RESULT])).continues is None

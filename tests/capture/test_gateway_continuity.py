@@ -3,8 +3,9 @@
 a gateway in each tokenization mode, and the prefix_merging build of the store is read back.
 
 In `gateway` mode every later prompt is the previous prompt + its sampled ids verbatim + the new tokens:
-one chain, zero drift. In `upstream` mode the engine re-renders the history canonically: the drift is
-reported, as tokenization drift.
+one chain, zero drift, also with thinking off (each API's way of asking for it), where the template ends
+every generation prompt with an empty think block it leaves out of past turns. In `upstream` mode the
+engine re-renders the history canonically: the drift is reported, as tokenization drift.
 """
 
 from __future__ import annotations
@@ -47,37 +48,39 @@ def gateways(tmp_path_factory, tracetap_home):
         yield {"upstream": upstream_mode, "gateway": gateway_mode}
 
 
-def openai_chat(gw, session: str) -> None:
+def openai_chat(gw, session: str, options: dict) -> None:
     sdk = openai.OpenAI(base_url=f"{gw.url}/v1", api_key=f"sk-tap-{session}", max_retries=0)
     tools = [{"type": "function", "function": {"name": "Bash", "description": "Run.", "parameters": COMMAND}}]
     messages: list = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": QUESTION}]
     for output in [*OUTPUTS, None]:
-        message = sdk.chat.completions.create(model="gpt-4o", messages=messages, tools=tools).choices[0].message
+        message = sdk.chat.completions.create(model="gpt-4o", messages=messages, tools=tools,
+                                              **options).choices[0].message
         if output is None:
             return
         messages += [message.model_dump(exclude_none=True),
                      {"role": "tool", "tool_call_id": message.tool_calls[0].id, "content": output}]
 
 
-def openai_responses(gw, session: str) -> None:
+def openai_responses(gw, session: str, options: dict) -> None:
     sdk = openai.OpenAI(base_url=f"{gw.url}/v1", api_key=f"sk-tap-{session}", max_retries=0)
     tool = {"type": "function", "name": "Bash", "description": "Run.", "parameters": COMMAND}
     history: list = [{"role": "user", "content": QUESTION}]
     for output in [*OUTPUTS, None]:
-        answer = sdk.responses.create(model="gpt-5", instructions=SYSTEM, input=history, tools=[tool], store=False)
+        answer = sdk.responses.create(model="gpt-5", instructions=SYSTEM, input=history, tools=[tool], store=False,
+                                      **options)
         if output is None:
             return
         history += [item.model_dump(exclude_none=True) for item in answer.output]
         history.append({"type": "function_call_output", "call_id": answer.output[-1].call_id, "output": output})
 
 
-def anthropic_messages(gw, session: str) -> None:
+def anthropic_messages(gw, session: str, options: dict) -> None:
     sdk = anthropic.Anthropic(base_url=gw.url, api_key=f"sk-tap-{session}", max_retries=0)
     tool = {"name": "Bash", "description": "Run.", "input_schema": COMMAND}
     messages: list = [{"role": "user", "content": QUESTION}]
     for output in [*OUTPUTS, None]:
         answer = sdk.messages.create(model="claude-test", max_tokens=256, system=SYSTEM, messages=messages,
-                                     tools=[tool])
+                                     tools=[tool], **options)
         if output is None:
             return
         use = next(block for block in answer.content if block.type == "tool_use")
@@ -85,11 +88,11 @@ def anthropic_messages(gw, session: str) -> None:
                      {"role": "user", "content": [{"type": "tool_result", "tool_use_id": use.id, "content": output}]}]
 
 
-def gemini(gw, session: str) -> None:
+def gemini(gw, session: str, options: dict) -> None:
     sdk = genai.Client(api_key=f"sk-tap-{session}", http_options=types.HttpOptions(base_url=gw.url))
     declaration = types.FunctionDeclaration(name="Bash", description="Run.", parameters_json_schema=COMMAND)
     config = types.GenerateContentConfig(system_instruction=SYSTEM,
-                                         tools=[types.Tool(function_declarations=[declaration])])
+                                         tools=[types.Tool(function_declarations=[declaration])], **options)
     history: list = [types.Content(role="user", parts=[types.Part(text=QUESTION)])]
     for output in [*OUTPUTS, None]:
         answer = sdk.models.generate_content(model="gemini-2.5-flash", contents=history, config=config)
@@ -103,6 +106,12 @@ def gemini(gw, session: str) -> None:
 
 SDKS = {"openai_chat": openai_chat, "openai_responses": openai_responses,
         "anthropic_messages": anthropic_messages, "gemini": gemini}
+# each API's way of turning thinking off (Codex at reasoning effort `minimal`): enable_thinking=false
+THINKING_OFF = {"openai_chat": {"extra_body": {"chat_template_kwargs": {"enable_thinking": False}}},
+                "openai_responses": {"reasoning": {"effort": "minimal"}},
+                "anthropic_messages": {"thinking": {"type": "disabled"}},
+                "gemini": {"thinking_config": types.ThinkingConfig(thinking_budget=0)}}
+EMPTY_THINK = "<|im_start|>assistant\n<think>\n\n</think>\n\n"  # the generation prompt with thinking off
 
 
 def trace_metadata(store, session_id: str) -> list[dict]:
@@ -118,11 +127,8 @@ def session_build(gw, session: str) -> tuple[list[dict], dict, list[dict]]:
     return live.store_rows(gw.store, "session_id = ?", [sid]), stats, trace_metadata(gw.store, sid)
 
 
-@pytest.mark.parametrize("api", list(SDKS))
-def test_gateway_mode_merges_non_canonical_turns_with_zero_drift(gateways, api):
-    gw = gateways["gateway"]
-    SDKS[api](gw, f"{api}-gw")
-    calls, stats, traces = session_build(gw, f"{api}-gw")
+def assert_continued_with_zero_drift(api: str, calls: list[dict], stats: dict, traces: list[dict]) -> None:
+    """Each call continues the one before verbatim (the sampled pieces kept): one chain, no drift."""
     assert [call["status"] for call in calls] == ["ok"] * 3 and {call["api"] for call in calls} == {api}
     meta = [json.loads(call["metadata_json"]) for call in calls]
     ids = [call["completion_id"] for call in calls]
@@ -137,9 +143,25 @@ def test_gateway_mode_merges_non_canonical_turns_with_zero_drift(gateways, api):
 
 
 @pytest.mark.parametrize("api", list(SDKS))
+def test_gateway_mode_merges_non_canonical_turns_with_zero_drift(gateways, api):
+    SDKS[api](gateways["gateway"], f"{api}-gw", {})
+    assert_continued_with_zero_drift(api, *session_build(gateways["gateway"], f"{api}-gw"))
+
+
+@pytest.mark.parametrize("api", list(SDKS))
+def test_gateway_mode_continues_thinking_off_turns_with_zero_drift(gateways, api):
+    """The empty think block ending each generation prompt (left out of past turns when the template renders
+    them again) stays in the continued prompt as the model saw it."""
+    SDKS[api](gateways["gateway"], f"{api}-off", THINKING_OFF[api])
+    calls, stats, traces = session_build(gateways["gateway"], f"{api}-off")
+    assert all(decode(call["prompt_token_ids"]).endswith(EMPTY_THINK) for call in calls)  # thinking was off
+    assert_continued_with_zero_drift(api, calls, stats, traces)
+
+
+@pytest.mark.parametrize("api", list(SDKS))
 def test_upstream_mode_reports_the_drift_of_the_same_sessions(gateways, api):
     gw = gateways["upstream"]
-    SDKS[api](gw, f"{api}-up")
+    SDKS[api](gw, f"{api}-up", {})
     calls, stats, traces = session_build(gw, f"{api}-up")
     assert [call["status"] for call in calls] == ["ok"] * 3
     assert stats["chains"] == 1 and stats["drift_tokens"] > 0

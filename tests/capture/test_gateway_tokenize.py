@@ -2,18 +2,22 @@
 tokenization mode, driven by the official `openai` and `anthropic` SDKs; the store is read back.
 
 The gateway renders the prompt with the engine's own tokenizer and calls `/v1/completions` with the ids,
-so each caller must get the same answer as in `upstream` mode, and the store the same token data.
+so each caller must get the same answer as in `upstream` mode, and the store the same token data, and the
+engine the same structured outputs (a forced tool choice as a structural tag, `/v1/completions` having no tools).
 """
 
 from __future__ import annotations
 
 import json
+import re
 
 import anthropic
 import httpx
 import live
 import openai
 import pytest
+from google import genai
+from google.genai import types
 from tracetap.engine.tokenizer import load_tokenizer
 
 COMMAND = {"type": "object", "properties": {"command": {"type": "string"}}, "required": ["command"]}
@@ -184,3 +188,128 @@ def test_logprobs_and_alternatives_match_upstream_mode_and_keep_their_ids(gatewa
     tops = json.loads(row["top_logprobs"]) if isinstance(row["top_logprobs"], str) else row["top_logprobs"]
     assert len(tops) == len(row["completion_token_ids"]) and all(len(step) == 2 for step in tops)
     assert [step[0]["token_id"] for step in tops] == row["completion_token_ids"]  # the sampled one, by id
+
+
+TITLE = {"type": "object", "properties": {"title": {"type": "string"}}, "required": ["title"]}
+# the Hermes call to Bash, with the template's newlines or without: what vLLM's chat endpoint constrains a forced
+# call to, and what the gateway asks `/v1/completions` for in its stead
+BASH_CALLS = [{"type": "tag", "begin": '<tool_call>\n{"name": "Bash", "arguments": ', "end": "}\n</tool_call>",
+               "content": {"type": "json_schema", "json_schema": COMMAND}},
+              {"type": "tag", "begin": '<tool_call>{"name": "Bash", "arguments": ', "end": "}</tool_call>",
+               "content": {"type": "json_schema", "json_schema": COMMAND}}]
+
+
+@pytest.fixture(scope="module")
+def over_engine(tmp_path_factory, tracetap_home):
+    """(engine, gateways): both modes over one scripted engine process, whose log says which structured outputs
+    it was given (a gateway's own log holds back a flood of like lines)."""
+    root = tmp_path_factory.mktemp("constraints")
+    script = live.write_script(root / "script.jsonl", SCRIPT)
+    with live.start_engine(root / "engine", script) as engine, \
+            live.start_gateway(root / "a" / "store", "--upstream", engine.url) as upstream_mode, \
+            live.start_gateway(root / "b" / "store", "--upstream", engine.url, "--tokenize", "gateway",
+                               "--tokenizer", str(tracetap_home / "tokenizer")) as gateway_mode:
+        yield engine, {"upstream": upstream_mode, "gateway": gateway_mode}
+
+
+def received(engine, session: str) -> list[dict]:
+    """The structured outputs the engine was given for the session's calls, in order: it samples freely and
+    logs each constraint it does not enforce (engine/server.py)."""
+    said = re.compile(rf"session sk-tap-{re.escape(session)}: structured outputs not enforced [^:]*: (.*)$", re.M)
+    return [json.loads(found) for found in said.findall(engine.log())]
+
+
+def chat_sdk(gw, session: str) -> openai.OpenAI:
+    return openai.OpenAI(base_url=f"{gw.url}/v1", api_key=f"sk-tap-{session}", max_retries=0)
+
+
+def anthropic_sdk(gw, session: str) -> anthropic.Anthropic:
+    return anthropic.Anthropic(base_url=gw.url, api_key=f"sk-tap-{session}", max_retries=0)
+
+
+def gemini_call(gw, session: str, **config) -> None:
+    sdk = genai.Client(api_key=f"sk-tap-{session}", http_options=types.HttpOptions(base_url=gw.url))
+    sdk.models.generate_content(model="gemini-2.5-flash", contents="Title?",
+                                config=types.GenerateContentConfig(**config))
+
+
+def chat_format(gw, session: str) -> None:
+    chat_sdk(gw, session).chat.completions.create(
+        model="gpt-4o", messages=FIRST_TURN,
+        response_format={"type": "json_schema", "json_schema": {"name": "title", "schema": TITLE}})
+
+
+def responses_format(gw, session: str) -> None:
+    chat_sdk(gw, session).responses.create(model="gpt-5", input="Title?", store=False,
+                                           text={"format": {"type": "json_schema", "name": "title", "schema": TITLE}})
+
+
+def anthropic_format(gw, session: str) -> None:
+    anthropic_sdk(gw, session).messages.create(model="claude-test", max_tokens=64, messages=[
+        {"role": "user", "content": "Title?"}], output_config={"format": {"type": "json_schema", "schema": TITLE}})
+
+
+def gemini_json_schema(gw, session: str) -> None:
+    gemini_call(gw, session, response_mime_type="application/json", response_json_schema=TITLE)
+
+
+def gemini_openapi_schema(gw, session: str) -> None:
+    schema = types.Schema(type="OBJECT", properties={"title": types.Schema(type="STRING")}, required=["title"])
+    gemini_call(gw, session, response_mime_type="application/json", response_schema=schema)
+
+
+@pytest.mark.parametrize(("ask", "name"), [(chat_format, "title"), (responses_format, "title"),
+                                           (anthropic_format, "output"), (gemini_json_schema, "response"),
+                                           (gemini_openapi_schema, "response")])
+def test_a_structured_output_reaches_the_engine_in_both_modes(over_engine, ask, name) -> None:
+    engine, gateways = over_engine
+    for mode, gw in gateways.items():
+        ask(gw, f"so-{ask.__name__}-{mode}")
+        expected = {"type": "json_schema", "json_schema": {"name": name, "schema": TITLE}}
+        assert received(engine, f"so-{ask.__name__}-{mode}") == [{"response_format": expected}], mode
+
+
+def chat_forced(gw, session: str) -> None:
+    choice = {"type": "function", "function": {"name": "Bash"}}
+    answer = chat_sdk(gw, session).chat.completions.create(model="gpt-4o", messages=FIRST_TURN, tools=TOOLS,
+                                                           tool_choice=choice)
+    (call,) = answer.choices[0].message.tool_calls
+    assert (call.function.name, answer.choices[0].finish_reason) == ("Bash", "stop")  # a named call: `stop`
+
+
+def responses_forced(gw, session: str) -> None:
+    tool = {"type": "function", "name": "Bash", "description": "Run a shell command.", "parameters": COMMAND}
+    answer = chat_sdk(gw, session).responses.create(model="gpt-5", input="What is here?", tools=[tool], store=False,
+                                                    tool_choice={"type": "function", "name": "Bash"})
+    assert answer.output[-1].type == "function_call"
+
+
+def anthropic_tool(gw, session: str, choice: dict) -> None:
+    tool = {"name": "Bash", "description": "Run a shell command.", "input_schema": COMMAND}
+    answer = anthropic_sdk(gw, session).messages.create(
+        model="claude-test", max_tokens=64, messages=[{"role": "user", "content": "What is here?"}], tools=[tool],
+        tool_choice=choice)
+    assert answer.content[-1].type == "tool_use"
+
+
+def gemini_forced(gw, session: str) -> None:
+    declaration = types.FunctionDeclaration(name="Bash", description="Run.", parameters_json_schema=COMMAND)
+    calling = types.FunctionCallingConfig(mode="ANY", allowed_function_names=["Bash"])
+    gemini_call(gw, session, tools=[types.Tool(function_declarations=[declaration])],
+                tool_config=types.ToolConfig(function_calling_config=calling))
+
+
+@pytest.mark.parametrize(("ask", "one"), [
+    (chat_forced, True), (responses_forced, True), (gemini_forced, True),
+    (lambda gw, session: anthropic_tool(gw, session, {"type": "tool", "name": "Bash"}), True),
+    (lambda gw, session: anthropic_tool(gw, session, {"type": "any"}), False),  # required: one call or more
+], ids=["chat", "responses", "gemini", "anthropic-tool", "anthropic-any"])
+def test_a_forced_tool_choice_reaches_the_engine_as_a_structural_tag(over_engine, ask, one, request) -> None:
+    engine, gateways = over_engine
+    session = f"forced-{request.node.callspec.id}"
+    ask(gateways["gateway"], session)
+    (sent,) = received(engine, session)
+    calls = {"type": "tags_with_separator", "tags": BASH_CALLS, "separator": "", "at_least_one": True}
+    assert list(sent) == ["structured_outputs"] and list(sent["structured_outputs"]) == ["structural_tag"]
+    expected = {"type": "structural_tag", "format": calls | ({"stop_after_first": True} if one else {})}
+    assert json.loads(sent["structured_outputs"]["structural_tag"]) == expected

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from tracetap.engine.request import ChatRequest, EngineError, parse_chat, parse_json
+from tracetap.engine.request import ChatRequest, EngineError, parse_chat, parse_completion, parse_json
 
 MESSAGES = [{"role": "user", "content": "hi"}]
 TOOLS = [{"type": "function", "function": {"name": "Bash"}}]
@@ -28,6 +28,16 @@ def test_fields_are_read() -> None:
     assert (request.temperature, request.top_p, request.seed, request.top_logprobs) == (0.0, 0.5, 3, 2)
     assert request.template_kwargs == {"enable_thinking": False} and request.include_usage and request.stream
     assert request.parse_tools
+
+
+def test_structured_outputs_are_kept_on_both_routes() -> None:
+    """Accepted as vLLM accepts them (the server logs them as not enforced), unknown fields left out."""
+    given = {"response_format": {"type": "json_object"}, "structured_outputs": {"regex": "a+"}, "guided_json": {}}
+    assert parse_chat({"messages": MESSAGES, **given}, 4096).constraints == {
+        "response_format": {"type": "json_object"}, "structured_outputs": {"regex": "a+"}}
+    assert parse_completion({"prompt": [1, 2], **given}, 4096).constraints == {
+        "response_format": {"type": "json_object"}, "structured_outputs": {"regex": "a+"}}
+    assert parse_completion({"prompt": [1, 2]}, 4096).constraints == {}
 
 
 @pytest.mark.parametrize(
@@ -61,6 +71,7 @@ def test_tool_parsing_follows_tool_choice(choice, parses: bool) -> None:
          "tool_choice"),  # named tool, but no tools offered
         ({"messages": MESSAGES, "tools": TOOLS, "tool_choice": "sometimes"}, "BadRequestError",
          "tool_choice"),
+        ({"messages": MESSAGES, "response_format": "json"}, "Bad Request", "body.response_format"),
     ],
 )
 def test_rejections(body: dict, kind: str, param: str) -> None:
