@@ -3,7 +3,8 @@
 Each `queries/<name>.sql` starts with a header comment: the first lines say what it answers, then
 one line per parameter, `-- @param NAME (TYPE, default VALUE): meaning`, TYPE one of int, float,
 str, and VALUE a literal or `null`. The SQL refers to parameters as `$NAME`; values are bound as
-DuckDB prepared-statement parameters, never pasted into the SQL text.
+DuckDB prepared-statement parameters, never pasted into the SQL text. Stored JSON is parsed as
+`parseable_json(column)` (store/catalog.py), so one row's lone surrogate never fails a query.
 """
 
 from __future__ import annotations

@@ -10,8 +10,9 @@ SELECT
     count(break_reason) AS breaks,
     string_agg(DISTINCT break_reason, ', ' ORDER BY break_reason) AS break_reasons,
     sum(len(completion_ids)) AS completions,
-    coalesce(sum(TRY_CAST(json_extract(metadata_json, '$.trace.drift_tokens') AS BIGINT)), 0) AS drift_tokens,
-    coalesce(sum(json_array_length(json_extract(metadata_json, '$.trace.retried_completion_ids'))), 0) AS retries,
+    coalesce(sum(TRY_CAST(json_extract(parseable_json(metadata_json), '$.trace.drift_tokens') AS BIGINT)), 0)
+        AS drift_tokens,
+    coalesce(sum(json_array_length(parseable_json(metadata_json), '$.trace.retried_completion_ids')), 0) AS retries,
     count(*) FILTER (WHERE status <> 'ok') AS problem_traces
 FROM trajectories
 WHERE builder = $builder

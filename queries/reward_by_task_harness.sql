@@ -9,7 +9,7 @@ WITH scored AS (
         s.task_id,
         s.harness,
         coalesce(r.reward, list_avg(r.trace_rewards)) AS reward,
-        json_extract_string(r.details_json, '$.error') AS error
+        json_extract_string(parseable_json(r.details_json), '$.error') AS error
     FROM rewards AS r
     LEFT JOIN sessions AS s USING (session_id)
     WHERE $evaluator IS NULL OR r.evaluator = $evaluator

@@ -241,17 +241,28 @@ def _new_inputs(request: dict | None) -> list[MessageView]:
     """What the harness added since the model last spoke: the messages after the last assistant one."""
     messages = [m for m in (request or {}).get("messages") or () if isinstance(m, dict)]
     last = max((i for i, m in enumerate(messages) if m.get("role") == "assistant"), default=-1)
-    return [MessageView(str(m.get("role")), _as_text(m.get("content")) or "") for m in messages[last + 1:]]
+    return [MessageView(_encodable(str(m.get("role"))), _as_text(m.get("content")) or "")
+            for m in messages[last + 1:]]
 
 
 def _as_text(content: object) -> str | None:
-    """Message content as text: strings as is, parts joined (non-text parts named)."""
-    if content is None or isinstance(content, str):
+    """Message content as text that encodes: strings as is, parts joined (non-text parts named)."""
+    return None if content is None else _encodable(_joined(content))
+
+
+def _joined(content: object) -> str:
+    if isinstance(content, str):
         return content
     if isinstance(content, list):
         return "".join(p.get("text", "") if isinstance(p, dict) and "text" in p
                        else f"[{p.get('type', 'part') if isinstance(p, dict) else 'part'}]" for p in content)
     return json.dumps(content, ensure_ascii=False)
+
+
+def _encodable(text: str) -> str:
+    """`text` with each lone surrogate as its `\\udXXX` escape, as the store keeps it: JSON lets a harness
+    send one, and no terminal, page or JSON output could encode it."""
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 def _trace(row: dict, decode: Callable[[int], str], seq_of: dict[str, int]) -> TraceView:

@@ -19,6 +19,12 @@ The completions view also carries each call's thread (VIEW_COLUMNS): its `chain_
 whose turn it retried), and `side_call`, true for a call offering no tools in a session whose other
 calls do (a title, a summary, a compaction). The store imports no builder: this is a read-only join.
 Reads follow store/reading.py: a statement or scan that loses a file to compaction runs again.
+
+Stored JSON may hold lone surrogates (a harness may send `"\\ud800"`; the gateway keeps the escape),
+which DuckDB's JSON parser refuses, failing the whole statement. SQL over stored JSON (these views,
+queries/, the CLI) therefore parses `parseable_json(text)`, a macro of every connection: the text
+itself, or with its lone surrogate escapes made U+FFFD (only that row's odd strings change), or NULL
+when it is no JSON at all. One row never fails a statement.
 """
 
 from __future__ import annotations
@@ -50,6 +56,11 @@ VIEW_COLUMNS = {"completions": (
 # files read it as NULL), which costs a schema read per file, so only where needed
 GREW_COLUMNS = ("sessions", "completions")
 LOG = "log"  # the pseudo-table of log segments in the set of sources without files
+_SURROGATE_ESCAPE = r"'\\u[dD][89a-fA-F][0-9a-fA-F]{2}'"  # RE2 for a surrogate's \uXXXX escape
+_SURROGATES_REPLACED = f"regexp_replace(text, {_SURROGATE_ESCAPE}, '\\\\ufffd', 'g')"
+# valid text is kept as it is (at the cost of one more parse); only text DuckDB refuses is rewritten
+PARSEABLE_JSON = f"""CREATE MACRO parseable_json(text) AS CASE WHEN json_valid(text) THEN text
+    WHEN json_valid({_SURROGATES_REPLACED}) THEN {_SURROGATES_REPLACED} END"""
 
 
 def _column_types(con: duckdb.DuckDBPyConnection, table: str) -> list[tuple[str, str]]:
@@ -134,18 +145,24 @@ def _expanded(visible: str) -> str:
 
 def _threads(con: duckdb.DuckDBPyConnection, empty: frozenset[str]) -> str:
     """(session_id, completion_id, chain_index) for every call a thread-building trace holds or retried."""
-    retried = "CAST(json_extract_string(metadata_json, '$.trace.retried_completion_ids[*]') AS VARCHAR[])"
+    ids = "json_extract_string(parseable_json(metadata_json), '$.trace.retried_completion_ids[*]')"
+    retried = f"CAST({ids} AS VARCHAR[])"
     calls = (f"SELECT session_id, chain_index, unnest(list_concat(completion_ids, coalesce({retried}, []))) "
              f"AS completion_id FROM ({_source(con, 'trajectories', empty)}) "
              f"WHERE builder = {sql_string(THREAD_BUILDER)}")
     return f"SELECT session_id, completion_id, min(chain_index) AS chain_index FROM ({calls}) GROUP BY ALL"
 
 
+def _offering_tools(expanded: str) -> str:
+    """`expanded` with `_tools`: does the chat request offer tools (NULL without a readable one)?"""
+    offers = "CASE WHEN _request IS NULL THEN NULL ELSE coalesce(json_array_length(_request, '$.tools') > 0, false) END"
+    request = f"SELECT *, parseable_json(chat_request_json) AS _request FROM ({expanded})"
+    return f"SELECT * EXCLUDE (_request), {offers} AS _tools FROM ({request})"
+
+
 def _completions_sql(con: duckdb.DuckDBPyConnection, empty: frozenset[str]) -> str:
-    tools = "json_array_length(chat_request_json, '$.tools') > 0"
-    offers_tools = f"CASE WHEN chat_request_json IS NULL THEN NULL ELSE coalesce({tools}, false) END"
     stored = f"SELECT {_columns('completions', STORED_TABLES)} FROM ({_source(con, 'completions', empty)})"
-    with_tools = f"SELECT *, {offers_tools} AS _tools FROM ({_expanded(stored)})"
+    with_tools = _offering_tools(_expanded(stored))
     return (f"SELECT c.{_columns('completions').replace(', ', ', c.')}, t.chain_index::INTEGER AS chain_index, "
             "NOT c._tools AND bool_or(c._tools) OVER (PARTITION BY c.session_id) AS side_call "
             f"FROM ({with_tools}) c LEFT JOIN ({_threads(con, empty)}) t "
@@ -198,6 +215,7 @@ def connect(root: StorePath | str, decode: Callable[[list[int]], str] | None = N
     """An in-memory DuckDB connection with views `completions, sessions, rewards, trajectories`.
 
     With `decode`, the SQL function `decode(ids INTEGER[]) -> VARCHAR` calls it (NULL for NULL).
+    Every connection has the macro `parseable_json(text)` (see the module docstring).
     With `session_ids`, the views hold those sessions only (and list nothing else).
     On an object store DuckDB reads the files through the store's fsspec filesystem (registered on the
     connection; the views list URLs of its protocol).
@@ -213,6 +231,7 @@ def connect(root: StorePath | str, decode: Callable[[list[int]], str] | None = N
     # Session, reward and trajectory files are replaced under the same name (temp + rename): a block cache
     # keyed by path could hand a reader pieces of the file it replaced.
     con.execute("SET enable_external_file_cache = false")
+    con.execute(PARSEABLE_JSON)
     if isinstance(root, ObjectPath):
         con.register_filesystem(root.fs)
     views = _Views(con, root if isinstance(root, ObjectPath) else root.resolve(), wanted)

@@ -11,7 +11,8 @@ from tracetap.store import connect
 
 # sessions whose summary row is missing still show up, counted from their completions; `unrecorded`
 # counts the calls answered without a completion row (probes, model lists, token counts, errors);
-# `refused` the hosts a proxy-mode gateway refused to reach, by host
+# `refused` the hosts a proxy-mode gateway refused to reach, by host (counts a row cannot give read as
+# NULL: one odd row never fails the listing)
 SESSIONS_SQL = """
 WITH calls AS (
     SELECT session_id, count(*) FILTER (WHERE status = 'ok') AS ok,
@@ -21,8 +22,8 @@ WITH calls AS (
 SELECT session_id AS session, s.task_id AS task, s.harness, s.status,
        coalesce(s.completions, c.ok + c.failed) AS calls,
        coalesce(c.ok, 0) AS ok, coalesce(c.failed, 0) AS failed,
-       CAST(s.unrecorded_json::JSON AS MAP(VARCHAR, BIGINT)) AS unrecorded,
-       CAST(s.refused_hosts_json::JSON AS MAP(VARCHAR, BIGINT)) AS refused,
+       TRY_CAST(parseable_json(s.unrecorded_json)::JSON AS MAP(VARCHAR, BIGINT)) AS unrecorded,
+       TRY_CAST(parseable_json(s.refused_hosts_json)::JSON AS MAP(VARCHAR, BIGINT)) AS refused,
        s.prompt_tokens, s.completion_tokens, s.started_at AS started, s.ended_at AS ended
 FROM sessions AS s FULL OUTER JOIN calls AS c USING (session_id)
 ORDER BY started NULLS LAST, session
