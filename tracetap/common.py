@@ -76,9 +76,11 @@ def jsonable(value: object) -> object:
 
 
 def echo_json(columns: Sequence[str], rows: Sequence[Sequence]) -> None:
-    """Rows as a JSON list of objects, one key per column."""
+    """Rows as a JSON list of objects, one key per column; a lone surrogate (stored text a harness sent) as its
+    JSON escape, since no output encodes it."""
     records = [dict(zip(columns, row, strict=True)) for row in rows]
-    click.echo(json.dumps(records, default=jsonable, ensure_ascii=False, indent=2))
+    text = json.dumps(records, default=jsonable, ensure_ascii=False, indent=2)
+    click.echo(text.encode("utf-8", "backslashreplace").decode("utf-8"))
 
 
 def _cell(value: object) -> str:
