@@ -8,6 +8,9 @@ from __future__ import annotations
 
 import pyarrow as pa
 
+MAX_REFUSED_HOSTS = 64  # hosts a session row names in refused_hosts_json; later ones count together under:
+OTHER_HOSTS = "(other hosts)"  # no host name has parentheses or spaces
+
 SCHEMA_VERSION = 2  # 2: completions files hold the compact form (COMPACT)
 
 API_NAMES = ("openai_chat", "anthropic_messages", "openai_responses", "gemini")
@@ -99,7 +102,7 @@ SESSIONS = pa.schema([
     _f("unrecorded_json", pa.string(), "calls answered but not recorded: {kind: count}, kinds "
        + " | ".join(UNRECORDED_KINDS)),
     _f("refused_hosts_json", pa.string(), "proxy mode: hosts the gateway refused to reach for this session, "
-       "{host: count}"),
+       f"{{host: count}}; {MAX_REFUSED_HOSTS} hosts at most, later ones counted under `{OTHER_HOSTS}`"),
     _f("metadata_json", pa.string(), "free-form session metadata"),
 ])
 

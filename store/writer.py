@@ -70,6 +70,8 @@ from tracetap.store.retirement import GRACE_SECONDS, Retirement
 from tracetap.store.schema import (
     COMPLETION_STATUSES,
     COMPLETIONS,
+    MAX_REFUSED_HOSTS,
+    OTHER_HOSTS,
     SCHEMA_VERSION,
     SESSIONS,
     TABLES,
@@ -83,8 +85,6 @@ FAILED = ("upstream_error", "timeout", "aborted", "disconnected")
 SESSION_SAVE_DELAY = 0.5  # seconds the calls of a session wait to share one summary-row rewrite (derived
 # data, recounted on open; at 0.05 s a busy gateway rewrote ~1 row per call, ~0.7 ms CPU each)
 MAX_SESSIONS = 1024  # session states kept in memory (a few KB each); older idle ones are dropped
-MAX_REFUSED_HOSTS = 64  # hosts a session row names in refused_hosts_json; later ones count together:
-OTHER_HOSTS = "(other hosts)"  # no host name has parentheses or spaces
 MAX_HOST = 255  # a DNS name is at most 253 characters; a refused host longer than this is not one
 _RECOUNT_COLUMNS = ["status", "http_status", "prompt_tokens", "completion_tokens", "created_at",
                     "finished_at", "task_id", "metadata_json", "chat_response_json"]

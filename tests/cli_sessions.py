@@ -77,23 +77,21 @@ class CliSession:
                 f"{self.agent_output()[-3000:]}\n--- gateway log\n{self.gateway_log[-3000:]}")
 
 
-def run_cli_session(name: str, root: Path, plain_base_url: bool = False, runtime: dict | None = None,
-                    tokenize: str = "upstream") -> CliSession:
-    """One session of `name` on a fresh store. `plain_base_url`: the CLI gets the gateway root without the
-    session's path prefix, so only its API key (the session id) can bind its calls. `runtime`: the task's
-    runtime spec (default local). `tokenize="gateway"`: the gateway tokenizes (`--tokenize gateway`) and the
-    engine samples every reply as non-canonical ids, so only token continuity keeps the session drift-free."""
+def run_cli_session(name: str, root: Path, runtime: dict | None = None, tokenize: str = "upstream") -> CliSession:
+    """One session of `name` on a fresh store, through a keyed gateway as a rollout node starts one: only the
+    session key the CLI got as its API key binds its calls. `runtime`: the task's runtime spec (default
+    local). `tokenize="gateway"`: the gateway tokenizes (`--tokenize gateway`) and the engine samples every
+    reply as non-canonical ids, so only token continuity keeps the session drift-free."""
     preset = CLI_HARNESSES[name]
     script = write_script(root / "script.jsonl", preset, [COMMAND], FINAL)
-    args = [*GATEWAY_ARGS]
+    args = [*GATEWAY_ARGS, "--sessions", "keyed"]
     if tokenize == "gateway":
         lines = [json.loads(line) | {"tokens": "split"} for line in script.read_text().splitlines() if line.strip()]
         script.write_text("".join(json.dumps(line) + "\n" for line in lines))
         args += ["--tokenize", "gateway"]
     with live.start_gateway(root / "store", "--script", str(script), *args) as gateway:
-        env = {"OPENAI_BASE_URL": f"{gateway.url}/v1"} if plain_base_url else {}
         task = TaskRequest(task_id=f"cli-{name.replace('_', '-')}", instruction=PROMPT, timeout_seconds=TIMEOUT,
-                           agent={"harness": name, "env": env}, runtime=runtime or {})
+                           agent={"harness": name}, runtime=runtime or {})
         ctx = SessionContext(session_id=new_session_id(), task=task)
         result = asyncio.run(_run(GatewayNode(NodeConfig(store=gateway.store, sessions_root=root / "sessions",
                                                          gateway_url=gateway.url)), ctx))
@@ -109,7 +107,7 @@ async def _run(node: GatewayNode, ctx: SessionContext) -> SessionResult:
         await node.shutdown()
 
 
-def check_session(run: CliSession, binding: str = "path") -> None:
+def check_session(run: CliSession) -> None:
     """The CLI did the work, and every call it made is in its rollout session, token-faithful."""
     preset, result, rows = run.preset, run.result, run.rows
     assert result.status == SessionStatus.COMPLETED, run.explain()
@@ -121,7 +119,7 @@ def check_session(run: CliSession, binding: str = "path") -> None:
     for row in rows:
         assert row["prompt_token_ids"] and len(row["logprobs"]) == len(row["completion_token_ids"]) > 0
         meta = json.loads(row["metadata_json"])
-        assert meta["session_source"] == binding
+        assert meta["session_source"] == "session_key"
         if preset.name in OWN_SESSION_IDS:
             assert meta["harness_session_id"].startswith(OWN_SESSION_IDS[preset.name])
     (call,) = [row for row in rows if row["finish_reason"] == "tool_calls"]

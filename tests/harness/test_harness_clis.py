@@ -42,13 +42,6 @@ def test_cli_session_in_gateway_mode_merges_with_zero_drift(name, installed, tmp
     assert stats.session_stats[sid]["drift_tokens"] == 0, stats.session_stats[sid]
 
 
-def test_opencode_with_only_the_session_key_lands_in_the_rollout_session(installed, tmp_path):
-    """As a new user tries it: the plain gateway URL and `OPENAI_API_KEY=sk-tap-...`; opencode still sends
-    its own `x-session-id` (`ses_...`), which is kept as metadata and names no session."""
-    run = cli_sessions.run_cli_session("opencode", tmp_path, plain_base_url=True)
-    cli_sessions.check_session(run, binding="api_key")
-
-
 def test_demo_runs_a_real_harness(installed, tmp_path):
     """`tracetap demo --harness pi`: the task goes through the rollout server; pi fixes the project in each
     session; the summary is the store's."""

@@ -14,7 +14,7 @@ from tracetap.store.files import StoreError
 from tracetap.store.log_reading import log_rows
 from tracetap.store.paths import log_segments, session_dir, session_file
 from tracetap.store.reading import read_session
-from tracetap.store.schema import COMPLETIONS, SCHEMA_VERSION
+from tracetap.store.schema import COMPLETIONS, MAX_REFUSED_HOSTS, OTHER_HOSTS, SCHEMA_VERSION
 
 
 def session_row(root, sid="s1"):
@@ -343,3 +343,12 @@ def test_a_row_that_does_not_fit_fails_alone_in_its_batch(writer, root, tokens):
     assert isinstance(misfit, ValueError) and "prompt_tokens" in str(misfit)
     assert writer.record_completion(completion("s2"))["seq"] == 1  # its seq was given back
     assert [r["seq"] for r in log_rows(root, "s2").to_pylist()] == [0, 1]
+
+
+def test_a_session_names_a_bounded_number_of_refused_hosts(writer):
+    """However many hosts a harness tries, its row stays small: the first ones by name, the rest counted."""
+    for n in range(MAX_REFUSED_HOSTS + 10):
+        writer.note_refused("s1", f"host-{n}.example")
+    writer.note_refused("s1", "host-0.example")
+    refused = json.loads(writer.close_session("s1")["refused_hosts_json"])
+    assert len(refused) == MAX_REFUSED_HOSTS + 1 and refused[OTHER_HOSTS] == 10 and refused["host-0.example"] == 2
