@@ -4,7 +4,9 @@
 the flow is pointed there, with its response streamed, because an addon cannot stream a body itself).
 
 Options (all `tracetap_*`) are declared in `load` and read once in `configure`; the store writer,
-the upstream client and the idle-compaction task live from `running` to `done`.
+the upstream client, the stream server and the idle-compaction task live from `running` to `done`.
+The bounds on connections (timeouts, the cap, the stall of a stream) are options of the
+`ConnectionLimits` addon (capture/connection_limits.py), handed in.
 """
 
 from __future__ import annotations
@@ -20,14 +22,18 @@ from pathlib import Path
 
 from mitmproxy import ctx, http
 from mitmproxy.net.http import status_codes
-from tracetap.capture.admin import control_for
+from mitmproxy.proxy.server_hooks import ServerConnectionHookData
+from tracetap.capture.admin import Control
+from tracetap.capture.connection_limits import ConnectionLimits
 from tracetap.capture.content_coding import too_large
 from tracetap.capture.engine_pool import EnginePool
 from tracetap.capture.fence import Fence
 from tracetap.capture.redact import Redactor
 from tracetap.capture.replay import RecordedStore, ReplayUpstream
 from tracetap.capture.service import FALLBACK_API, MAX_BODY, GatewayService, Reply, caller_api, error_reply
-from tracetap.capture.stream_server import StreamServer
+from tracetap.capture.sessions import NO_PROXY
+from tracetap.capture.stalls import StallWatch
+from tracetap.capture.stream_server import StreamServer, Timeouts
 from tracetap.capture.streaming import StreamReply
 from tracetap.capture.tokenizing import TokenizingUpstream
 from tracetap.capture.upstream import Upstream, UpstreamClient
@@ -35,9 +41,11 @@ from tracetap.engine.tokenizer import open_tokenizer
 from tracetap.store import StorePath, StoreWriter, store_path
 
 logger = logging.getLogger("tracetap.gateway")
-_PROTOCOL_ERROR_KINDS = {400: "invalid_request", 413: "payload_too_large"}
+_PROTOCOL_ERROR_KINDS = {400: "invalid_request", 413: "payload_too_large", 431: "invalid_request"}
 PASSED = "tracetap_passed"  # flow metadata: proxy mode lets this flow through, unanswered and unrecorded
 STREAMED = "tracetap_streamed"  # flow metadata: answered by the stream server, its response streamed
+PROXY_IDENTITY = "tracetap_proxy"  # flow metadata: the ProxyIdentity proxy mode found for the flow
+SESSION_MODES = ("open", "keyed")
 
 SWITCH_INTERVAL = 0.001  # s: the event loop shares the GIL with the record, commit-log and flusher threads;
 # at CPython's 5 ms it could wait 5 ms for the GIL after a socket call (benchmarks/gateway_overhead.py, 32
@@ -61,17 +69,20 @@ class Settings:
     replay_ignore: tuple[str, ...] = ()
     redact_keys: tuple[str, ...] = ()  # more key names whose values are secrets (capture/redact.py)
     policy_version: str | None = None  # stamped on calls until a resume names another (capture/fence.py)
-    control_token: str | None = None  # guards /admin/* (capture/admin.py)
+    control_token: str | None = None  # guards /admin/* and session registration (capture/admin.py)
+    keyed: bool = False  # calls bind by session key only (capture/sessions.py)
     pause_wait: float = 60.0  # seconds a new call waits out a pause before its 503
     on_pause: str = "finish"  # calls in flight when a pause comes: finish | abort
     tokenizer: Path | None = None  # `--tokenize gateway`: render prompts with this tokenizer (capture/tokenizing.py)
 
 
 class Gateway:
-    def __init__(self) -> None:
+    def __init__(self, connections: ConnectionLimits) -> None:
         self.settings: Settings | None = None
+        self.connections = connections
         self.service: GatewayService | None = None
         self.streams = StreamServer()
+        self.stalls = StallWatch()
         self._compaction: asyncio.Task | None = None
 
     def load(self, loader) -> None:
@@ -90,7 +101,8 @@ class Gateway:
         loader.add_option("tracetap_replay_ignore", Sequence[str], [], "Request paths replay matching ignores.")
         loader.add_option("tracetap_redact_keys", Sequence[str], [], "More key names whose values are masked.")
         loader.add_option("tracetap_policy_version", str, "", "Policy version stamped on calls until a resume.")
-        loader.add_option("tracetap_control_token", str, "", "Token the /admin endpoints require.")
+        loader.add_option("tracetap_control_token", str, "", "Token the /admin and /sessions endpoints require.")
+        loader.add_option("tracetap_sessions", str, "open", "How calls name sessions: open (ids too) | keyed.")
         loader.add_option("tracetap_pause_wait", float, 60.0, "Seconds a new call waits out a pause.")
         loader.add_option("tracetap_on_pause", str, "finish", "Calls in flight at a pause: finish | abort.")
         loader.add_option("tracetap_tokenizer", str, "", "Tokenize in the gateway with this tokenizer folder.")
@@ -109,6 +121,7 @@ class Gateway:
             replay_session=o.tracetap_replay_session or None, replay_miss=o.tracetap_replay_miss,
             replay_ignore=tuple(o.tracetap_replay_ignore), redact_keys=tuple(o.tracetap_redact_keys),
             policy_version=o.tracetap_policy_version or None, control_token=o.tracetap_control_token or None,
+            keyed=_keyed(o.tracetap_sessions),
             pause_wait=o.tracetap_pause_wait, on_pause=o.tracetap_on_pause,
             tokenizer=Path(o.tracetap_tokenizer) if o.tracetap_tokenizer else None,
         )
@@ -127,27 +140,34 @@ class Gateway:
                                       s.replay_ignore)
         self.service = GatewayService(StoreWriter(s.store), upstream, s.max_body, Redactor(s.redact_keys),
                                       Fence(s.policy_version, s.pause_wait),
-                                      control_for(ctx.options.listen_host, s.control_token), s.on_pause,
-                                      pool.status if pool else None)
+                                      Control(s.control_token), s.on_pause, pool.status if pool else None, s.keyed)
         await upstream.discover()
-        await self.streams.start()
+        await self._start_streams()
         compaction = self.service.compact_idle_forever(s.compact_every, s.idle_seconds)
         self._compaction = asyncio.create_task(compaction)
         gc.freeze()  # what startup built lives as long as the gateway: keep the collector from rescanning it
         sys.setswitchinterval(SWITCH_INTERVAL)
+
+    async def _start_streams(self) -> None:
+        limits = self.connections.settings
+        self.streams = StreamServer(timeouts=Timeouts(limits.head_timeout, limits.idle_timeout),
+                                    max_pending=self.connections.budget.max_pending_streams)
+        self.stalls = StallWatch(limits.stream_stall)
+        await self.streams.start()
 
     async def request(self, flow: http.HTTPFlow) -> None:
         """Answer here, always: a flow left without a response would be forwarded unrecorded."""
         if flow.response is not None or flow.metadata.get(PASSED):
             return
         try:
-            reply = await self._answer(flow.request)
+            reply = await self._answer(flow)
         except Exception:
             logger.exception("gateway hook failed")
             reply = error_reply(FALLBACK_API, 500, "internal gateway error (see the gateway log)", "internal")
         if isinstance(reply, StreamReply):
             _retarget(flow.request, self.streams.host, self.streams.port, self.streams.register(reply))
             flow.metadata[STREAMED] = True
+            self.stalls.watch(flow.id, flow.client_conn, reply)
         else:
             flow.response = response_of(reply)
 
@@ -155,12 +175,24 @@ class Gateway:
         if flow.metadata.get(STREAMED) and flow.response is not None:
             flow.response.stream = True
 
-    async def _answer(self, req: http.Request) -> Reply | StreamReply:
+    def server_connected(self, data: ServerConnectionHookData) -> None:
+        if data.server.address == (self.streams.host, self.streams.port):
+            self.stalls.limit_stream_socket(data.client.id, data.server)
+
+    def response(self, flow: http.HTTPFlow) -> None:
+        self.stalls.stop(flow.id)
+
+    def error(self, flow: http.HTTPFlow) -> None:
+        self.stalls.stop(flow.id)
+
+    async def _answer(self, flow: http.HTTPFlow) -> Reply | StreamReply:
         if self.service is None:
             return error_reply(FALLBACK_API, 503, "the gateway is still starting", "internal")
+        req = flow.request
         path = req.path.partition("?")[0]
         body = req.raw_content or b""  # still encoded: the service decodes it under its size limit
-        return await self.service.handle(req.method, path, lowered(req.headers), dict(req.query), body)
+        proxy = flow.metadata.get(PROXY_IDENTITY, NO_PROXY)
+        return await self.service.handle(req.method, path, lowered(req.headers), dict(req.query), body, proxy)
 
     def protocol_error(self, request: http.Request | None, status: int, message: str) -> http.Response:
         """mitmproxy's own refusals (malformed framing, a body over the limit) in the caller's API shape;
@@ -168,17 +200,24 @@ class Gateway:
         api = FALLBACK_API if request is None else request_api(request)
         if status == 413:
             message = str(too_large(self.settings.max_body if self.settings else MAX_BODY))
-        else:
+        elif status != 431:  # a head over the limit: capture/framing.py says so itself
             message = "malformed HTTP request: " + message.partition(". ")[0]
         return response_of(error_reply(api, status, message, _PROTOCOL_ERROR_KINDS.get(status, "internal")))
 
     async def done(self) -> None:
         if self._compaction is not None:
             self._compaction.cancel()
+        await self.stalls.close()
         await self.streams.stop()
         if self.service is not None:
             await self.service.upstream.aclose()
             await asyncio.to_thread(self.service.writer.close)  # pending session rows reach disk
+
+
+def _keyed(mode: str) -> bool:
+    if mode not in SESSION_MODES:
+        raise ValueError(f"tracetap_sessions must be one of {SESSION_MODES}, got {mode!r}")
+    return mode == "keyed"
 
 
 def lowered(headers: http.Headers) -> dict[str, str]:
@@ -202,10 +241,15 @@ def error_response(request: http.Request, status: int, message: str, kind: str) 
 
 
 def _retarget(request: http.Request, host: str, port: int, path: str) -> None:
-    """Send the flow to the stream server: a bodiless GET of its ticket, over plain HTTP on loopback."""
-    request.scheme, request.host, request.port = "http", host, port
+    """Send the flow to the stream server: a bodiless GET of its ticket, over plain HTTP on loopback, in
+    origin form (an absolute-form request would still name the caller's target), with the caller's HTTP
+    version and Connection header, which decide how the stream is framed and whether the connection ends."""
+    connection = request.headers.get("connection")
+    request.scheme, request.host, request.port, request.authority = "http", host, port, ""
     request.method, request.path = "GET", path
     request.headers = http.Headers(host=f"{host}:{port}")
+    if connection is not None:
+        request.headers["connection"] = connection
     request.content = b""
 
 

@@ -18,8 +18,9 @@ from mitmproxy import ctx
 from mitmproxy.addons import block, core, errorcheck, next_layer, proxyserver, tlsconfig
 from mitmproxy.master import Master
 from mitmproxy.options import Options
-from tracetap.capture import READY_MARKER, framing
+from tracetap.capture import READY_MARKER, framing, log_limits
 from tracetap.capture.addon import Gateway
+from tracetap.capture.connection_limits import ConnectionLimits
 from tracetap.capture.proxy_mode import HostPolicy, ProxyMode
 from tracetap.capture.service import MAX_BODY
 from tracetap.store import StorePath
@@ -50,8 +51,9 @@ def run_gateway(store: StorePath, listen_host: str, listen_port: int, upstream_u
                 **settings: float | str | list[str]) -> None:
     """Serve until SIGTERM/SIGINT. A `listen_port` of 0 picks a free port (reported to `on_ready`).
 
-    `settings` are the addon's other tracetap_* options without the prefix (see `Gateway.load`): the
-    numbers timeout, max_body, compact_every, idle_seconds, and for replay mode replay (a store path),
+    `settings` are the addons' other tracetap_* options without the prefix (see `Gateway.load` and
+    `ConnectionLimits.load`): the numbers timeout, max_body, compact_every, idle_seconds, head_timeout,
+    idle_timeout, max_connections, stream_stall, and for replay mode replay (a store path),
     replay_session, replay_miss ("error" or "forward") and replay_ignore (a list of field paths);
     redact_keys lists more secret key names. With `proxy` (a HostPolicy) the gateway is an explicit
     proxy that answers the policy's provider hosts."""
@@ -68,7 +70,9 @@ async def _serve(listen_host: str, listen_port: int, upstream_url: str, confdir:
     opts = Options()
     master = Master(opts, with_termlog=False)
     master.addons.add(*_mitmproxy_addons())
-    gateway = Gateway()
+    connections = ConnectionLimits(log_limits.install(log_limits.LogLimit()))  # after Master's own log handler
+    gateway = Gateway(connections)
+    master.addons.add(connections)  # its hooks run first: a connection over the cap is refused before all else
     if proxy is not None:
         master.addons.add(ProxyMode(gateway))  # its hooks run before the gateway's
     master.addons.add(gateway, _Announce(gateway, on_ready))

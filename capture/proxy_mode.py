@@ -3,8 +3,10 @@
 A harness that only honours `HTTPS_PROXY` is recorded like one pointed at the gateway: calls to a model
 API host are answered by the gateway itself (never forwarded, never resolved), hosts named with
 `--pass` are tunnelled untouched and unrecorded, and every other host is refused and counted under the
-session. The proxy's own credentials (`http://<session-id>@127.0.0.1:PORT`) name the session of every
-call made through that connection, whatever API key the harness sends.
+session. The proxy's own credentials (`http://<session-key>@127.0.0.1:PORT`, or a session id on an open
+gateway) name the session of every call made through that connection, whatever API key or path the
+harness sends: the service binds them (capture/sessions.py), handed over in the flow's metadata, which
+no client can write.
 """
 
 from __future__ import annotations
@@ -19,9 +21,9 @@ from dataclasses import dataclass
 from urllib.parse import unquote
 
 from mitmproxy import ctx, http
-from tracetap.capture.addon import PASSED, Gateway, error_response, lowered
+from tracetap.capture.addon import PASSED, PROXY_IDENTITY, Gateway, error_response, lowered
 from tracetap.capture.detect import ANTHROPIC, GEMINI, OPENAI_CHAT
-from tracetap.capture.sessions import DEFAULT_SESSION, SESSION_HEADER, SessionError, checked_session
+from tracetap.capture.sessions import ProxyIdentity, SessionError, checked_session
 
 logger = logging.getLogger("tracetap.gateway")
 _TEXT = {"content-type": "text/plain; charset=utf-8"}
@@ -78,10 +80,10 @@ def host_policy(provider_entries: Iterable[str] = (), passed: Iterable[str] = ()
     return HostPolicy(provider_hosts(provider_entries), frozenset(check_host(host) for host in passed))
 
 
-def credential_session(headers: Mapping[str, str]) -> str | None:
-    """The session a client named as the proxy's user name (`Proxy-Authorization: Basic`), if any.
+def credential_user(headers: Mapping[str, str]) -> str | None:
+    """The proxy user name a client sent (`Proxy-Authorization: Basic`): a session key or id, if any.
 
-    Headers must be lower-cased. A credential that is not a valid session id is a SessionError."""
+    Headers must be lower-cased. A name that could be neither is a SessionError."""
     scheme, _, token = (headers.get("proxy-authorization") or "").strip().partition(" ")
     if scheme.lower() != "basic" or not token:
         return None
@@ -90,6 +92,7 @@ def credential_session(headers: Mapping[str, str]) -> str | None:
     except (binascii.Error, UnicodeDecodeError):
         raise SessionError("the proxy credential is not Basic base64 of <session-id>:", "/") from None
     return checked_session(unquote(user), "/", shown="proxy user name (it names the session)") if user else None
+
 
 
 def refusal_message(host: str) -> str:
@@ -125,14 +128,14 @@ class ProxyMode:
     async def http_connect(self, flow: http.HTTPFlow) -> None:
         self.tunnels.add(flow.client_conn.id)
         try:
-            sid = credential_session(lowered(flow.request.headers))
+            user = credential_user(lowered(flow.request.headers))
         except SessionError as exc:
             flow.response = http.Response.make(400, f"tracetap proxy: {exc}\n", _TEXT)
             return
-        if sid is not None:
-            self.credentials[flow.client_conn.id] = sid
+        if user is not None:
+            self.credentials[flow.client_conn.id] = user
         if self.policy.verdict(flow.request.host) == REFUSE:
-            await self._refuse(flow, sid or self.fallback)
+            await self._refuse(flow, ProxyIdentity(user, self.fallback))
 
     async def request(self, flow: http.HTTPFlow) -> None:
         if self._to_gateway(flow):
@@ -142,17 +145,15 @@ class ProxyMode:
             flow.metadata[PASSED] = True
             return
         try:
-            sid = (credential_session(lowered(flow.request.headers)) or self.credentials.get(flow.client_conn.id)
-                   or self.fallback)
+            user = credential_user(lowered(flow.request.headers)) or self.credentials.get(flow.client_conn.id)
         except SessionError as exc:
-            sid, flow.response = None, error_response(flow.request, 400, str(exc), "invalid_request")
+            user, flow.response = None, error_response(flow.request, 400, str(exc), "invalid_request")
         flow.request.headers.pop("proxy-authorization", None)
+        identity = flow.metadata[PROXY_IDENTITY] = ProxyIdentity(user, self.fallback)
         if verdict == REFUSE:
-            await self._refuse(flow, sid)
+            await self._refuse(flow, identity)
         elif flow.response is None:
             _to_provider_path(flow.request)
-            if sid is not None:
-                flow.request.headers[SESSION_HEADER] = sid
 
     def _to_gateway(self, flow: http.HTTPFlow) -> bool:
         """A request addressed to the gateway's own socket rather than through it to another host."""
@@ -164,12 +165,16 @@ class ProxyMode:
         self.credentials.pop(client.id, None)
         self.tunnels.discard(client.id)
 
-    async def _refuse(self, flow: http.HTTPFlow, sid: str | None) -> None:
+    async def _refuse(self, flow: http.HTTPFlow, identity: ProxyIdentity) -> None:
+        """A 403 and no tunnel; counted under the connection's session when the store has it already (a
+        refusal never makes a session)."""
         host = flow.request.host
-        logger.warning("refused %s for session %s", host, sid or DEFAULT_SESSION)
         flow.response = http.Response.make(403, refusal_message(host), _TEXT)
-        if self.gateway.service is not None:
-            await asyncio.to_thread(self.gateway.service.writer.note_refused, sid or DEFAULT_SESSION, host)
+        service = self.gateway.service
+        sid = None if service is None else await service.proxy_session(identity)
+        logger.warning("refused %s for session %s", host, sid or "(none)")
+        if service is not None and sid is not None and await asyncio.to_thread(service.writer.has_session, sid):
+            await asyncio.to_thread(service.writer.note_refused, sid, host)
 
 
 def _to_provider_path(request: http.Request) -> None:

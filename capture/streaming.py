@@ -6,7 +6,7 @@ runs ahead of a slow client by at most that much, then waits, so memory stays bo
 client does. The reader runs under the gateway's fence, so a pause that aborts calls in flight stops
 it. How the call ends decides what is recorded and sent (`Ending`): ok (terminal events once durable),
 an upstream failure or a pause abort (partial tokens recorded, an in-stream error sent), or a client
-that went away (partial tokens recorded as `disconnected`, nothing sent).
+that went away or stopped reading (partial tokens recorded as `disconnected`, nothing sent).
 """
 
 from __future__ import annotations
@@ -33,6 +33,13 @@ class Ending:
 
 
 DISCONNECTED = Ending("disconnected", 200, "the client disconnected mid-stream")
+
+
+def stalled(seconds: float) -> Ending:
+    """A client that stopped reading its stream is recorded like one that left (capture/stalls.py)."""
+    return Ending("disconnected", 200, f"the client read nothing of the stream for {seconds:g} s")
+
+
 # records the call (its folded answer, or why it is unusable); raises when the record could not be written
 Record = Callable[[UpstreamResult | UpstreamError, Ending], Awaitable[None]]
 
@@ -60,13 +67,14 @@ class LiveStream:
     async def next(self) -> bytes | None:
         return await anext(self._events, None)
 
-    async def disconnected(self) -> None:
-        """Stop the upstream (the engine aborts the request) and record what was sampled so far."""
+    async def disconnected(self, ending: Ending = DISCONNECTED) -> None:
+        """Stop the upstream (the engine aborts the request) and record what was sampled so far (once:
+        a later call waits for that record)."""
         self._reader.cancel()
         await asyncio.gather(self._reader, return_exceptions=True)
         await self.upstream.aclose()
         if self._recording is None:
-            self._recording = asyncio.ensure_future(self.record(self._result(), DISCONNECTED))
+            self._recording = asyncio.ensure_future(self.record(self._result(), ending))
         await asyncio.gather(self._recording, return_exceptions=True)  # a failed write is logged where it failed
 
     async def _read(self, fence: Fence) -> None:

@@ -1,6 +1,7 @@
 """The gateway's HTTP edges, over raw sockets against a real gateway process: oversized and
 compressed bodies are refused with a 413 in the caller's API shape while memory stays near the limit,
-HEAD answers carry no body, trailers do not hang, and malformed framing gets an API error, not HTML.
+HEAD answers carry no body, trailers do not hang, and malformed framing (a head over 64 KiB too) gets an
+error in the caller's API shape, not HTML.
 """
 
 from __future__ import annotations
@@ -198,6 +199,29 @@ def test_malformed_framing_gets_an_api_error_and_a_closed_connection(gw, case):
     assert set(error) == OPENAI_KEYS and error["message"].startswith("malformed HTTP request")
     assert "mitmproxy" not in raw.decode() and "<html>" not in raw.decode()
     assert live.settled_snapshot(gw.store) == before
+
+
+CALLERS = {  # the head of a request, up to its broken part, and how its API's errors look
+    "anthropic": (b"POST /v1/messages HTTP/1.1\r\nHost: gw\r\nanthropic-version: 2023-06-01\r\n",
+                  lambda body: body["type"] == "error" and body["error"]["type"] == "invalid_request_error"),
+    "gemini": (b"POST /v1beta/models/gemini-2.5-flash:generateContent HTTP/1.1\r\nHost: gw\r\n",
+               lambda body: body["error"]["status"] == "INVALID_ARGUMENT"),
+}
+BROKEN = {
+    "two-content-lengths": (b"Content-Length: 5\r\nContent-Length: 6\r\n\r\nhello!", 400),
+    "header-without-colon": (b"NoColonHere\r\nContent-Length: 2\r\n\r\n{}", 400),
+    "head-over-64-KiB": (b"X-Padding: " + b"p" * 70_000, 431),
+}
+
+
+@pytest.mark.parametrize("case", list(BROKEN))
+@pytest.mark.parametrize("api", list(CALLERS))
+def test_malformed_framing_is_answered_in_the_callers_api_shape(gw, api, case):
+    """The API is told from what still parses: the request line's path and the header lines with a colon."""
+    (head, shape), (broken, status) = CALLERS[api], BROKEN[case]
+    got, headers, body = parse(exchange(gw.port, head + broken, timeout=10))
+    assert (got, headers["connection"]) == (status, "close")
+    assert shape(json.loads(body)), body
 
 
 def test_a_broken_chunked_body_closes_the_connection(gw):

@@ -207,10 +207,11 @@ def test_a_pause_with_abort_mid_stream_leaves_an_aborted_row(gw, api):
             for line in response.iter_lines():
                 frames.append(line)
                 if CONTENT[api] in line.encode() and len(frames) < 1000:
-                    httpx.post(f"{gw.url}/admin/pause", json={"in_flight": "abort"}).raise_for_status()
+                    httpx.post(f"{gw.url}/admin/pause", json={"in_flight": "abort"},
+                               headers=live.control_headers()).raise_for_status()
                     frames.append("paused")
     finally:
-        httpx.post(f"{gw.url}/admin/resume", json={}).raise_for_status()
+        httpx.post(f"{gw.url}/admin/resume", json={}, headers=live.control_headers()).raise_for_status()
     text = "\n".join(frames)
     assert "paused" in text and "aborted by a pause" in text and TERMINAL[api] not in text.split("paused")[-1]
     [row] = rows(gw, session)
@@ -247,10 +248,10 @@ def test_under_on_pause_abort_a_whole_call_keeps_its_partial_tokens(tmp_path):
 
         caller = threading.Thread(target=call)
         caller.start()
-        while httpx.get(f"{process.url}/admin/status").json()["in_flight"] == 0:
+        while httpx.get(f"{process.url}/admin/status", headers=live.control_headers()).json()["in_flight"] == 0:
             time.sleep(0.05)
         time.sleep(1.0)  # the engine is streaming by now, at its pace
-        httpx.post(f"{process.url}/admin/pause", json={}).raise_for_status()
+        httpx.post(f"{process.url}/admin/pause", json={}, headers=live.control_headers()).raise_for_status()
         caller.join(30)
         assert outcome["reply"].status_code == 503 and outcome["reply"].headers["retry-after"] == "5"
         [row] = live.store_rows(process.store)

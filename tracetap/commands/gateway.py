@@ -65,8 +65,13 @@ if TYPE_CHECKING:
               help="Policy (weights) version stamped on every call until POST /admin/resume names another "
                    "(a caller's x-tracetap-policy-version header still wins).")
 @click.option("--control-token", envvar="TRACETAP_CONTROL_TOKEN", default=None, metavar="TOKEN",
-              help="Token POST /admin/pause|resume and GET /admin/status require (Authorization: Bearer). Without "
-                   "one they answer on a loopback bind only. Also read from $TRACETAP_CONTROL_TOKEN.")
+              help="Token the admin endpoints (/admin/pause|resume|status) and session registration and closing "
+                   "require (Authorization: Bearer), on loopback too. Also read from $TRACETAP_CONTROL_TOKEN; "
+                   "default: the token file $TRACETAP_HOME/control-token (made, mode 0600, when missing).")
+@click.option("--sessions", "session_mode", type=click.Choice(["open", "keyed"]), default="open", show_default=True,
+              help="How calls name their session. keyed: only by the session key a registration issued (the API "
+                   "key or proxy credential); a session id alone is refused (rollout nodes, `tracetap run`). "
+                   "open: ids in the path, headers or API key too (development).")
 @click.option("--pause-wait", type=click.FloatRange(min=0), default=60.0, show_default=True,
               help="Seconds a new call waits out a pause before it is answered 503 with Retry-After.")
 @click.option("--on-pause", type=click.Choice(["finish", "abort"]), default="finish", show_default=True,
@@ -81,14 +86,25 @@ if TYPE_CHECKING:
 @click.option("--tokenizer", type=click.Path(exists=True, file_okay=False, path_type=Path), default=None,
               help="The served model's tokenizer folder (transformers) for --tokenize gateway; default with "
                    "the embedded engine: its own tokenizer.")
+@click.option("--head-timeout", type=click.FloatRange(min=0.1), default=30.0, show_default=True, metavar="SECONDS",
+              help="A client connection that has not sent a whole request head this long after connecting is closed.")
+@click.option("--idle-timeout", type=click.FloatRange(min=0.1), default=180.0, show_default=True, metavar="SECONDS",
+              help="A connection whose request body, or next request on a kept-alive connection, has not come "
+                   "this long is closed.")
+@click.option("--max-connections", type=click.IntRange(min=1), default=None, metavar="N",
+              help="Client connections held at once (default: what the file-descriptor limit allows, raised to its "
+                   "hard limit). At the cap an idle or unfinished one makes room, else the new one is refused.")
+@click.option("--stream-stall", type=click.FloatRange(min=0.1), default=60.0, show_default=True, metavar="SECONDS",
+              help="A live stream whose client reads nothing this long is cut, and the call recorded disconnected.")
 def command(store: StorePath, listen: tuple[str, int], upstreams: tuple[str, ...], upstream_file: Path | None,
             upstream_kind: str, served_model: str | None,
             script: Path | None, max_model_len: int, timeout: float, max_body: int | None, idle_compact: float,
             replay: Path | None, replay_session: str | None, replay_miss: str, replay_ignore: tuple[str, ...],
             redact_keys: tuple[str, ...], mode: str, provider_hosts: tuple[str, ...],
             passed: tuple[str, ...], proxy_session: str | None, policy_version: str | None,
-            control_token: str | None, pause_wait: float, on_pause: str, tokenize: str,
-            tokenizer: Path | None) -> None:
+            control_token: str | None, session_mode: str, pause_wait: float, on_pause: str, tokenize: str,
+            tokenizer: Path | None, head_timeout: float, idle_timeout: float, max_connections: int | None,
+            stream_stall: float) -> None:
     """Run the gateway until Ctrl-C / SIGTERM.
 
     Point a harness at the printed base URLs; every call is recorded in STORE at token level.
@@ -102,9 +118,12 @@ def command(store: StorePath, listen: tuple[str, int], upstreams: tuple[str, ...
     _check_tokenize(tokenize, tokenizer, upstream, upstream_kind, replay, pool)
     settings: dict[str, Any] = {
         **_replay_options(store, replay, replay_session, replay_miss, replay_ignore),
-        **_fence_options(policy_version, control_token), "timeout": timeout, "idle_seconds": idle_compact,
+        **_fence_options(policy_version, control_token), "sessions": session_mode, "timeout": timeout,
+        "idle_seconds": idle_compact,
         "compact_every": _compact_every(idle_compact), "redact_keys": list(redact_keys), "pause_wait": pause_wait,
         "on_pause": on_pause, "pool": pool, **({"max_body": max_body} if max_body else {}),
+        "head_timeout": head_timeout, "idle_timeout": idle_timeout, "max_connections": max_connections or 0,
+        "stream_stall": stream_stall,
         **({"proxy_session": proxy_session} if proxy_session else {})}
     proxy = _proxy_policy(mode, provider_hosts, passed, proxy_session)
     engine = _start_engine(script, served_model, max_model_len) if upstream == LOCAL else None
@@ -200,10 +219,13 @@ def _fence_options(policy_version: str | None, control_token: str | None) -> dic
             options["policy_version"] = checked_version(policy_version)
         except FieldError as exc:
             raise click.BadParameter(str(exc), param_hint="--policy-version") from None
-    if control_token is not None:
-        if len(control_token) < 16 or not control_token.isprintable():
-            raise click.BadParameter("use at least 16 printable characters", param_hint="--control-token")
-        options["control_token"] = control_token
+    from tracetap.control import MIN_LENGTH
+    from tracetap.control import control_token as default_token
+
+    token = control_token or default_token()
+    if len(token) < MIN_LENGTH or not token.isprintable():
+        raise click.BadParameter(f"use at least {MIN_LENGTH} printable characters", param_hint="--control-token")
+    options["control_token"] = token
     return options
 
 
@@ -252,12 +274,13 @@ def _announce(host: str, port: int, store: StorePath, upstream: str, kind: str, 
     if replay is not None:
         click.echo(f"  answering from the completions recorded in {replay}")
     if proxy is not None:
-        click.echo(f"  proxy mode: HTTPS_PROXY=http://<session-id>@{host}:{port}, trusting the CA (tracetap ca --env)")
+        click.echo(f"  proxy mode: HTTPS_PROXY=http://<session-key>@{host}:{port}, trusting the CA (tracetap ca --env)")
         passing = ", ".join(sorted(proxy.passed)) or "-"
         click.echo(f"  answering {', '.join(sorted(proxy.providers))}; passing {passing}")
     click.echo(f"  OpenAI Chat / Responses base URL: {root}/v1")
     click.echo(f"  Anthropic base URL:               {root}")
     click.echo(f"  Gemini base URL:                  {root}")
-    click.echo(f"  register a session: POST {root}/sessions  {{session_id, task_id, harness, metadata}}")
-    click.echo(f"  close a session: POST {root}/sessions/<id>/close")
+    click.echo(f"  register a session (control token): POST {root}/sessions  {{session_id, task_id, harness, "
+               "metadata}} -> its session_key and outcome_token")
+    click.echo(f"  close a session (outcome or control token): POST {root}/sessions/<id>/close")
     announce(host, port)
