@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 from tracetap.capture.bounded import LruDict, RecentSet
 from tracetap.capture.service import MAX_REGISTERED, GatewayService
+from tracetap.store import StoreWriter
 
 
 def test_lru_dict_keeps_the_most_recently_used():
@@ -35,9 +36,10 @@ def test_recent_set_never_grows_past_its_cap():
     assert "s9999" not in recent
 
 
-def test_the_services_registered_ids_are_capped():
-    service = GatewayService(writer=None, upstream=None)
-    for n in range(MAX_REGISTERED + 500):
-        service.registered.add(f"run-{n}")
+def test_the_services_registered_ids_are_capped(tmp_path):
+    with StoreWriter(tmp_path / "store") as writer:
+        service = GatewayService(writer=writer, upstream=None)
+        for n in range(MAX_REGISTERED + 500):
+            service.registered.add(f"run-{n}")
     assert len(service.registered) == MAX_REGISTERED
     assert f"run-{MAX_REGISTERED + 499}" in service.registered and "run-0" not in service.registered
