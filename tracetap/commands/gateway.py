@@ -97,19 +97,18 @@ if TYPE_CHECKING:
 @click.option("--stream-stall", type=click.FloatRange(min=0.1), default=60.0, show_default=True, metavar="SECONDS",
               help="A live stream whose client reads nothing this long is cut, and the call recorded disconnected.")
 def command(store: StorePath, listen: tuple[str, int], upstreams: tuple[str, ...], upstream_file: Path | None,
-            upstream_kind: str, served_model: str | None,
-            script: Path | None, max_model_len: int, timeout: float, max_body: int | None, idle_compact: float,
-            replay: Path | None, replay_session: str | None, replay_miss: str, replay_ignore: tuple[str, ...],
-            redact_keys: tuple[str, ...], mode: str, provider_hosts: tuple[str, ...],
-            passed: tuple[str, ...], proxy_session: str | None, policy_version: str | None,
-            control_token: str | None, session_mode: str, pause_wait: float, on_pause: str, tokenize: str,
-            tokenizer: Path | None, head_timeout: float, idle_timeout: float, max_connections: int | None,
-            stream_stall: float) -> None:
+            upstream_kind: str, served_model: str | None, script: Path | None, max_model_len: int, timeout: float,
+            max_body: int | None, idle_compact: float, replay: Path | None, replay_session: str | None,
+            replay_miss: str, replay_ignore: tuple[str, ...], redact_keys: tuple[str, ...], mode: str,
+            provider_hosts: tuple[str, ...], passed: tuple[str, ...], proxy_session: str | None,
+            policy_version: str | None, control_token: str | None, session_mode: str, pause_wait: float,
+            on_pause: str, tokenize: str, tokenizer: Path | None, head_timeout: float, idle_timeout: float,
+            max_connections: int | None, stream_stall: float) -> None:
     """Run the gateway until Ctrl-C / SIGTERM.
 
-    Point a harness at the printed base URLs; every call is recorded in STORE at token level.
-    With --replay OLD, calls are answered from the completions recorded in OLD (matched by their
-    normalized request, in recorded order per session) and recorded in STORE as replays.
+    Point a harness at the printed base URLs; every call is recorded in STORE at token level. With --replay
+    OLD, calls are answered from the completions recorded in OLD (matched by their normalized request, in
+    recorded order per session) and recorded in STORE as replays.
 
     Example: tracetap gateway --store runs/store --script demo.jsonl
     """
@@ -117,14 +116,11 @@ def command(store: StorePath, listen: tuple[str, int], upstreams: tuple[str, ...
     upstream, pool = _engines(upstreams, upstream_file, script, replay)
     _check_tokenize(tokenize, tokenizer, upstream, upstream_kind, replay, pool)
     settings: dict[str, Any] = {
-        **_replay_options(store, replay, replay_session, replay_miss, replay_ignore),
-        **_fence_options(policy_version, control_token), "sessions": session_mode, "timeout": timeout,
-        "idle_seconds": idle_compact,
-        "compact_every": _compact_every(idle_compact), "redact_keys": list(redact_keys), "pause_wait": pause_wait,
-        "on_pause": on_pause, "pool": pool, **({"max_body": max_body} if max_body else {}),
-        "head_timeout": head_timeout, "idle_timeout": idle_timeout, "max_connections": max_connections or 0,
-        "stream_stall": stream_stall,
-        **({"proxy_session": proxy_session} if proxy_session else {})}
+        **_replay_options(store, replay, replay_session, replay_miss, replay_ignore), "sessions": session_mode,
+        **_fence_options(policy_version, control_token), "pause_wait": pause_wait, "on_pause": on_pause,
+        "timeout": timeout, "idle_seconds": idle_compact, "compact_every": _compact_every(idle_compact), "pool": pool,
+        "redact_keys": list(redact_keys), **_limits(head_timeout, idle_timeout, max_connections, stream_stall),
+        **({"max_body": max_body} if max_body else {}), **({"proxy_session": proxy_session} if proxy_session else {})}
     proxy = _proxy_policy(mode, provider_hosts, passed, proxy_session)
     engine = _start_engine(script, served_model, max_model_len) if upstream == LOCAL else None
     try:
@@ -133,6 +129,12 @@ def command(store: StorePath, listen: tuple[str, int], upstreams: tuple[str, ...
     finally:
         if engine:
             engine.stop()
+
+
+def _limits(head_timeout: float, idle_timeout: float, max_connections: int | None, stream_stall: float) -> dict:
+    """The connection bounds (capture/connection_limits.py); 0 connections: what the descriptor limit allows."""
+    return {"head_timeout": head_timeout, "idle_timeout": idle_timeout, "max_connections": max_connections or 0,
+            "stream_stall": stream_stall}
 
 
 def _serve(store: StorePath, listen: tuple[str, int], url: str, upstream_kind: str, served_model: str | None,
