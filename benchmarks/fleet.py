@@ -31,6 +31,7 @@ from tracetap.capture.jsontext import dump_bytes
 from tracetap.capture.upstream import SESSION_HEADER
 from tracetap.store import connect
 
+from tracetap.control import control_token
 from tracetap.launch import free_port, start_gateway
 
 SESSIONS = 32
@@ -58,7 +59,8 @@ async def load(base: str, seconds: float, tag: str, during=None) -> list[int]:
 
 def fence_cycles(base: str, period: float, update: float, cycles: list[dict]):
     async def run(until: float) -> None:
-        async with httpx.AsyncClient(base_url=base, timeout=60) as admin:
+        token = {"authorization": f"Bearer {control_token()}"}  # the fence needs the control token
+        async with httpx.AsyncClient(base_url=base, timeout=60, headers=token) as admin:
             version = 1
             while time.monotonic() + period < until:
                 await asyncio.sleep(period)

@@ -29,6 +29,7 @@ from tracetap.rollout.callbacks import LocalReceiver
 from tracetap.rollout.node import GatewayNode, NodeConfig
 from tracetap.rollout.server import BackgroundServer, create_app
 
+from tracetap.control import control_token
 from tracetap.launch import start_gateway
 
 WORKLOADS = ("no-op", "prepare=run")
@@ -58,7 +59,8 @@ def measure(gateway_url: str, store: Path, work: Path, workload: str, run_worker
                                             node_id=f"bench-{backend}"))]
     task_id = f"bench-{backend}-{workload.replace('=', '-')}-{run_workers}"
     with BackgroundServer(create_app(store, nodes)) as server, LocalReceiver() as receiver, \
-            httpx.Client(base_url=server.url, trust_env=False, timeout=30) as client:
+            httpx.Client(base_url=server.url, trust_env=False, timeout=30,
+                         headers={"authorization": f"Bearer {control_token()}"}) as client:
         started = time.time()
         body = task_body(task_id, workload, sessions, step, receiver.url, runtime)
         client.post("/tasks", json=body).raise_for_status()

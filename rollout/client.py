@@ -9,6 +9,8 @@ from collections.abc import Callable
 import httpx
 from tracetap.rollout.models import TaskRequest, TaskResult
 
+from tracetap.control import control_token
+
 DEFAULT_SERVER = "http://127.0.0.1:8790"
 POLL_SECONDS = 0.5
 
@@ -19,7 +21,8 @@ class RolloutError(RuntimeError):
 
 class RolloutClient:
     def __init__(self, url: str = DEFAULT_SERVER, timeout: float = 30.0) -> None:
-        self.http = httpx.Client(base_url=url.rstrip("/"), timeout=timeout, trust_env=False)
+        headers = {"authorization": f"Bearer {control_token()}"}  # submitting and cancelling need it
+        self.http = httpx.Client(base_url=url.rstrip("/"), timeout=timeout, trust_env=False, headers=headers)
 
     def _call(self, method: str, path: str, **kwargs) -> dict:
         try:

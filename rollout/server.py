@@ -1,7 +1,7 @@
 """The rollout server's HTTP face (FastAPI): routes only; RolloutManager does the work.
 
 Our routes (`/tasks`, `/sessions/{id}`, `/status`, `/tasks/{id}/samples`, `/admin/pause|resume|status` for
-every node's gateway) and the reference system's
+every node's gateway; submitting, cancelling and the fence need the control token) and the reference system's
 (`/rollout/task/submit`, `/rollout/task/{id}`, `/rollout/status`). A TaskRequest that does not
 validate is a 422 naming the field; a task id still running is a 409; neither creates anything.
 `BackgroundServer` runs the app under uvicorn on its own thread (the CLI, the demo and the tests).
@@ -63,28 +63,31 @@ def create_app(store: Path, make_nodes: NodeFactory, callback_policy: RetryPolic
     return app
 
 
-def _admin_routes(app: FastAPI) -> None:
-    """A trainer's fence for the whole fleet: each call goes to every node's gateway. Like the gateways'
-    own, these need the control token (tracetap/control.py), or any local process could move the fence."""
-    guarded = [Depends(_control_token_presented)]
-
-    @app.post("/admin/pause", dependencies=guarded)
-    async def pause(body: Annotated[dict | None, Body()] = None) -> JSONResponse:
-        return await _to_gateways(app, "pause", body)
-
-    @app.post("/admin/resume", dependencies=guarded)
-    async def resume(body: Annotated[dict | None, Body()] = None) -> JSONResponse:
-        return await _to_gateways(app, "resume", body)
-
-    @app.get("/admin/status", dependencies=guarded)
-    async def admin_status() -> JSONResponse:
-        return await _to_gateways(app, "status", None)
-
-
 def _control_token_presented(authorization: Annotated[str, Header()] = "") -> None:
     scheme, _, token = authorization.strip().partition(" ")
     if scheme.lower() != "bearer" or not hmac.compare_digest(token.strip().encode(), control_token().encode()):
         raise HTTPException(401, "this endpoint needs the control token (Authorization: Bearer <token>)")
+
+
+# What changes the fleet (the fence, submitting or cancelling a task) needs the control token, like the
+# gateways' own endpoints (tracetap/control.py): else any local process, the agent under training included,
+# could move the fence or cancel its own task. Reading stays open: session ids grant nothing.
+GUARDED = [Depends(_control_token_presented)]
+
+
+def _admin_routes(app: FastAPI) -> None:
+    """A trainer's fence for the whole fleet: each call goes to every node's gateway."""
+    @app.post("/admin/pause", dependencies=GUARDED)
+    async def pause(body: Annotated[dict | None, Body()] = None) -> JSONResponse:
+        return await _to_gateways(app, "pause", body)
+
+    @app.post("/admin/resume", dependencies=GUARDED)
+    async def resume(body: Annotated[dict | None, Body()] = None) -> JSONResponse:
+        return await _to_gateways(app, "resume", body)
+
+    @app.get("/admin/status", dependencies=GUARDED)
+    async def admin_status() -> JSONResponse:
+        return await _to_gateways(app, "status", None)
 
 
 async def _to_gateways(app: FastAPI, action: str, body: dict | None) -> JSONResponse:
@@ -119,7 +122,7 @@ def _known(call: Callable[[], Any]) -> Any:
 
 
 def _task_routes(app: FastAPI) -> None:
-    @app.post("/tasks")
+    @app.post("/tasks", dependencies=GUARDED)
     async def submit_task(request: TaskRequest) -> TaskResult:
         return _submit(app, request)
 
@@ -127,7 +130,7 @@ def _task_routes(app: FastAPI) -> None:
     async def get_task(task_id: str) -> TaskResult:
         return _known(lambda: _manager(app).task_result(task_id))
 
-    @app.delete("/tasks/{task_id}")
+    @app.delete("/tasks/{task_id}", dependencies=GUARDED)
     async def cancel_task(task_id: str) -> TaskResult:
         try:
             return await _manager(app).cancel(task_id)
@@ -183,7 +186,7 @@ def _remove(folder: Path) -> None:
 
 
 def _reference_routes(app: FastAPI, store: Path) -> None:
-    @app.post("/rollout/task/submit")
+    @app.post("/rollout/task/submit", dependencies=GUARDED)
     async def reference_submit(body: Annotated[Any, Body()]) -> dict:
         try:
             request = from_reference(body)

@@ -135,7 +135,7 @@ def submit_and_wait(store: Path, nodes, task: dict) -> tuple[dict, dict, list[di
     server, receiver = BackgroundServer(create_app(store, nodes)), LocalReceiver()
     server.start()
     try:
-        with httpx.Client(base_url=server.url, timeout=30, trust_env=False) as client:
+        with httpx.Client(base_url=server.url, timeout=30, trust_env=False, headers=live.control_headers()) as client:
             accepted = client.post("/tasks", json={**task, "callback_url": receiver.url}).json()
             done = wait_done(client, f"/tasks/{task['task_id']}", timeout=600)
         receiver.arrived.wait(30)

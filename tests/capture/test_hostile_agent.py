@@ -24,8 +24,8 @@ from tracetap.store import StoreReader
 
 SCRIPT = [{"content": "All tests pass."}] * 8
 
-# Run by the agent: argv = results file, the other session's id. It finds its own id, key and gateway in its
-# environment, as any harness could, and writes {attempt: HTTP status}.
+# Run by the agent: argv = results file, the other session's id [, the rollout server]. It finds its own id, key
+# and gateway in its environment, as any harness could, and writes {attempt: HTTP status}.
 ATTACK = r'''
 import json, os, ssl, sys, urllib.parse
 import httpx
@@ -70,6 +70,11 @@ if proxy:
     found["own call"] = tunnel.post(f"{api}/v1/chat/completions", json=chat).status_code
 else:
     found["own call"] = direct.post("/v1/chat/completions", json=chat, headers=mine).status_code
+if len(sys.argv) > 3:
+    server = httpx.Client(base_url=sys.argv[3], trust_env=False, timeout=30)
+    found["server pause"] = server.post("/admin/pause", json={"in_flight": "abort"}).status_code
+    found["server cancel own task"] = server.delete("/tasks/hostile").status_code
+    found["server submit"] = server.post("/tasks", json={"task_id": "agent-task", "instruction": "x"}).status_code
 json.dump(found, open(out, "w"))
 '''
 
@@ -134,14 +139,14 @@ def test_an_agent_under_tracetap_run_cannot_touch_its_reward_the_fence_or_anothe
 def test_an_agent_in_a_rollout_cannot_touch_its_reward_the_fence_or_another_session(keyed, tmp_path):
     attack, results = tmp_path / "attack.py", tmp_path / "found.json"
     attack.write_text(ATTACK)
-    command = f"{sys.executable} {attack} {results} other-session"
     nodes = lambda: [GatewayNode(NodeConfig(store=keyed.store, sessions_root=tmp_path / "sessions",  # noqa: E731
                                             gateway_url=keyed.url, node_id="n0"))]
     server = BackgroundServer(create_app(keyed.store, nodes))
     server.start()
+    command = f"{sys.executable} {attack} {results} other-session {server.url}"
     before = state(keyed)
     try:
-        with httpx.Client(base_url=server.url, timeout=30, trust_env=False) as client:
+        with httpx.Client(base_url=server.url, timeout=30, trust_env=False, headers=live.control_headers()) as client:
             task = {"task_id": "hostile", "instruction": "x",
                     "agent": {"harness": "shell", "settings": {"command": command}}}
             accepted = client.post("/tasks", json=task)

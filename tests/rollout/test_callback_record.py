@@ -10,6 +10,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
+import live
 from click.testing import CliRunner
 from tracetap.rollout.callbacks import LocalReceiver, RetryPolicy
 from tracetap.rollout.node import GatewayNode, NodeConfig
@@ -27,7 +28,7 @@ PATIENT = RetryPolicy(attempts=40, first_delay=0.05, timeout=5)  # retries for m
 def served(gw, sessions: Path, policy: RetryPolicy) -> Iterator[httpx.Client]:
     nodes = lambda: [GatewayNode(NodeConfig(store=gw.store, sessions_root=sessions, gateway_url=gw.url))]  # noqa: E731
     with BackgroundServer(create_app(gw.store, nodes, policy)) as server, \
-            httpx.Client(base_url=server.url, timeout=30, trust_env=False) as client:
+            httpx.Client(base_url=server.url, timeout=30, trust_env=False, headers=live.control_headers()) as client:
         yield client
 
 

@@ -4,6 +4,7 @@ node's gateway, in proxy mode, records it through HTTPS_PROXY and the CA."""
 from __future__ import annotations
 
 import httpx
+import live
 import pydantic
 import pytest
 from conftest import DEMO, PYTHON
@@ -26,8 +27,12 @@ def serve(tmp_path, mode: str):
     return rollout_server(ServeConfig(tmp_path / "store", script=DEMO / "script.jsonl", gateway_mode=mode))
 
 
+def trainer(server) -> httpx.Client:
+    return httpx.Client(base_url=server.url, timeout=30, trust_env=False, headers=live.control_headers())
+
+
 def test_a_task_captured_through_the_proxy_is_recorded_and_scored(tmp_path):
-    with serve(tmp_path, "proxy") as server, httpx.Client(base_url=server.url, timeout=30, trust_env=False) as client:
+    with serve(tmp_path, "proxy") as server, trainer(server) as client:
         accepted = client.post("/tasks", json=fix_calc("via-proxy", "proxy")).json()
         done = wait_done(client, "/tasks/via-proxy")
     assert [r["status"] for r in done["results"]] == ["COMPLETED"] * 2, [r["error"] for r in done["results"]]
@@ -38,7 +43,7 @@ def test_a_task_captured_through_the_proxy_is_recorded_and_scored(tmp_path):
 
 
 def test_proxy_capture_on_a_reverse_mode_gateway_ends_in_error_saying_why(tmp_path):
-    with serve(tmp_path, "reverse") as server, httpx.Client(base_url=server.url, timeout=30, trust_env=False) as client:
+    with serve(tmp_path, "reverse") as server, trainer(server) as client:
         client.post("/tasks", json={**fix_calc("no-proxy", "proxy"), "num_samples": 1})
         done = wait_done(client, "/tasks/no-proxy")
     [result] = done["results"]

@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import httpx
+import live
 import pytest
 import ray
 from conftest import DEMO, PYTHON
@@ -72,7 +73,8 @@ def finished(client: httpx.Client, task_id: str) -> dict:
 def test_eight_sessions_run_on_both_actors_with_rewards(cluster, gw, tmp_path):
     server, _ = start_server(gw, tmp_path / "sessions", "eight-")
     try:
-        with httpx.Client(base_url=server.url, timeout=60, trust_env=False) as client:
+        with httpx.Client(base_url=server.url, timeout=60, trust_env=False,
+                          headers=live.control_headers()) as client:
             assert client.post("/tasks", json=shell_task("ray-eight", ONE_CALL, 8)).status_code == 200
             done = finished(client, "ray-eight")
     finally:
@@ -104,7 +106,8 @@ def test_a_killed_actor_loses_its_running_sessions_and_its_queued_ones_run_elsew
     prefix = "kill-" if how == "ray.kill" else "sigkill-"
     server, nodes = start_server(gw, sessions, prefix, init_workers=1, run_workers=1, postrun_workers=1)
     try:
-        with httpx.Client(base_url=server.url, timeout=60, trust_env=False) as client:
+        with httpx.Client(base_url=server.url, timeout=60, trust_env=False,
+                          headers=live.control_headers()) as client:
             assert client.post("/tasks", json=shell_task("ray-kill", command, 8)).status_code == 200
             victim = next(n for n in nodes if n.id == poll(lambda: busy(client), TASK_SECONDS, "a busy node"))
             held = ray.get(victim.actor.statuses.remote(), timeout=60)
@@ -193,7 +196,8 @@ def test_cli_serve_on_a_local_ray_cluster_runs_a_task_and_stops_ray_on_sigterm(g
                               stdout=log, stderr=subprocess.STDOUT)
     log.close()
     try:
-        with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=60, trust_env=False) as client:
+        with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=60, trust_env=False,
+                          headers=live.control_headers()) as client:
             poll(lambda: _nodes_up(client, server), TASK_SECONDS, "the server with its 2 nodes")
             assert client.post("/tasks", json=shell_task("cli-ray", ONE_CALL, 4)).status_code == 200
             done = finished(client, "cli-ray")

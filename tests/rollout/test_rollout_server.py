@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 
 import httpx
+import live
 import pyarrow.parquet as pq
 import pytest
 import yaml
@@ -46,7 +47,7 @@ def server(gw, tmp_path_factory):
 
 @pytest.fixture
 def client(server):
-    with httpx.Client(base_url=server.url, timeout=30, trust_env=False) as client:
+    with httpx.Client(base_url=server.url, timeout=30, trust_env=False, headers=live.control_headers()) as client:
         yield client
 
 
@@ -126,7 +127,7 @@ def test_running_task_id_is_a_409_and_delete_cancels_it(client, gw):
 def test_restarted_server_answers_for_a_finished_task(gw, tmp_path):
     first = start_server(gw, tmp_path / "sessions")
     try:
-        with httpx.Client(base_url=first.url, timeout=30, trust_env=False) as client:
+        with httpx.Client(base_url=first.url, timeout=30, trust_env=False, headers=live.control_headers()) as client:
             client.post("/tasks", json=shell_task("before-restart", ONE_CALL))
             done = wait_done(client, "/tasks/before-restart")
     finally:
@@ -191,7 +192,7 @@ def test_cli_cancel_and_ray_without_a_cluster(server, tmp_path, monkeypatch):
     path.write_text(json.dumps(shell_task("cli-cancel", "sleep 60")))
     assert cli("submit", str(path), "--server", server.url).exit_code == 0
     assert cli("cancel", "cli-cancel", "--server", server.url).exit_code == 0
-    with httpx.Client(base_url=server.url, trust_env=False) as client:
+    with httpx.Client(base_url=server.url, trust_env=False, headers=live.control_headers()) as client:
         assert wait_done(client, "/tasks/cli-cancel", timeout=30)["status"] == "cancelled"
     unknown = cli("cancel", "never-was", "--server", server.url)
     assert unknown.exit_code != 0 and "404" in unknown.output
