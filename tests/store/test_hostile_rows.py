@@ -11,6 +11,7 @@ it does in a connection that sees it alone.
 from __future__ import annotations
 
 import json
+import shutil
 
 import httpx
 import live
@@ -164,6 +165,13 @@ def test_failed_evaluations_quoting_the_harness_are_counted(store):
     assert ODD in json.loads(row["details_json"])["error"]
     result = run_query(connect(store), "reward_by_task_harness", {"evaluator": "quotes_the_harness"})
     assert sum(r[-1] for r in result.fetchall()) == len(SESSIONS)
+
+
+def test_evaluate_reports_failures_quoting_the_harness_as_json(store, tmp_path):
+    copy = shutil.copytree(store, tmp_path / "store")  # the module's store keeps its one reward a session
+    out = cli_ok("evaluate", "--store", copy, "--evaluator", f"{__name__}:QuotesTheHarness", "--json")
+    errors = [result["error"] or "" for result in json.loads(out)]
+    assert len(errors) == len(SESSIONS) and any(ODD in error for error in errors)
 
 
 @pytest.mark.parametrize("session", SESSIONS)
