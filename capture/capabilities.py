@@ -13,7 +13,7 @@ import re
 import secrets
 
 from tracetap.capture.bounded import LruDict
-from tracetap.store import Grant, StorePath, find_grant, find_secret, save_grant, secret_hash
+from tracetap.store import Grant, StorePath, find_secret, save_grant, secret_hash
 
 SESSION_KEY_PREFIX = "sk-tapkey-"
 OUTCOME_TOKEN_PREFIX = "tapout-"
@@ -53,9 +53,6 @@ class Capabilities:
     async def grant(self, grant: Grant) -> Grant:
         """Store a registration (the first one wins); the stored grant, for the caller to compare."""
         return await asyncio.to_thread(save_grant, self.root, grant)
-
-    async def registered(self, sid: str) -> Grant | None:
-        return await asyncio.to_thread(find_grant, self.root, sid)
 
     async def _holder(self, secret: str | None) -> tuple[str, str] | None:
         if not secret or SECRET_SHAPE.fullmatch(secret) is None:

@@ -161,9 +161,7 @@ class GatewayService:
         on an open gateway, by the ids it names. Probes and model lists need none on a keyed gateway."""
         proxy = request.proxy
         secret = proxy.user if proxy.user is not None else api_key(request.headers, request.query)
-        owner = await self.capabilities.key_owner(secret)
-        if owner is None and proxy.user is None:
-            owner = proxy.fallback
+        owner = await self._owner(proxy, secret)
         try:
             return bind(request.path, request.headers, request.query, self.registered, owner=owner,
                         proxy_user=None if owner else proxy.user, keyed=self.keyed)
@@ -175,10 +173,16 @@ class GatewayService:
     async def proxy_session(self, identity: ProxyIdentity) -> str | None:
         """The session of a proxied connection, for its refusals: its key's, the launcher's when it has no
         credential, or (on an open gateway) the id its credential names."""
-        owner = await self.capabilities.key_owner(identity.user)
+        owner = await self._owner(identity, identity.user)
         if owner is not None or identity.user is None:
-            return owner or identity.fallback
+            return owner
         return None if self.keyed else identity.user
+
+    async def _owner(self, proxy: ProxyIdentity, secret: str | None) -> str | None:
+        """The session whose key `secret` is; for a proxied call without a credential, the one the gateway's
+        launcher named (`--proxy-session`)."""
+        owner = await self.capabilities.key_owner(secret)
+        return owner if owner is not None or proxy.user is not None else proxy.fallback
 
     async def _control(self, request: Request, route: routes.Route) -> Reply:
         """The gateway's own endpoints (capture/control_plane.py): no session binding, tokens instead."""

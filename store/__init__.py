@@ -9,7 +9,7 @@ from tracetap.store.catalog import VIEW_COLUMNS, connect, scan
 from tracetap.store.compaction import compact_session, compact_store
 from tracetap.store.connection import StoreConnection
 from tracetap.store.files import StoreError, check_store, storage_schema, write_text_atomic
-from tracetap.store.grants import Grant, find_grant, find_secret, save_grant, secret_hash
+from tracetap.store.grants import Grant, find_secret, save_grant, secret_hash
 from tracetap.store.location import (
     InvalidLocation,
     ObjectPath,
@@ -52,7 +52,6 @@ __all__ = [
     "describe",
     "empty_row",
     "ensure_dir",
-    "find_grant",
     "find_secret",
     "fsync_dir",
     "read_task",

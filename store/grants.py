@@ -19,7 +19,6 @@ from typing import Literal
 from tracetap.store.location import StorePath, read_bytes, store_path, write_new
 from tracetap.store.paths import grant_file, validate_session_id
 
-SESSION_ROLE, OUTCOME_ROLE = "session", "outcome"
 Role = Literal["session", "outcome"]
 _DIGEST = re.compile(r"^[0-9a-f]{64}$")
 
