@@ -35,7 +35,6 @@ import duckdb
 from synthetic_chat import Shape, session_id, write_sessions
 from tracetap.builders.runner import (
     BUILDERS,
-    OUTPUT_FILE,
     READ_BATCH,
     build,
     default_workers,
@@ -156,7 +155,7 @@ def phases(root: Path, sessions: int) -> dict:
         built = [BUILDERS["prefix_merging"](rows, session=row) for rows, row in loaded]
         marks.append(time.process_time())
         traces = [(sid, session_traces) for sid, (session_traces, _) in zip(batch, built, strict=True)]
-        write_session_tables(root, "trajectories", traces, OUTPUT_FILE, builder="prefix_merging")
+        write_session_tables(root, "trajectories", traces, builder="prefix_merging", writer="benchmark")
         marks.append(time.process_time())
         for step, begin, end in zip(["read", "route", "write"], marks, marks[1:], strict=False):
             totals[step] += end - begin

@@ -1,4 +1,4 @@
-"""Run a builder over a store: read each session's completions, write its `trajectories` partition.
+"""Run a builder over a store: read each session's completions, write its rows of `trajectories`.
 
 Sessions are read in small batches (READ_BATCH), so memory is bounded by the largest sessions, not
 the store. With `workers` > 1 the batches are built in that many worker processes (routing is Python
@@ -6,12 +6,12 @@ and holds the GIL, so threads share one core; `tracetap build` picks one per cor
 default_workers). Workers are spawned, so a script calling `build` with workers needs the usual
 `if __name__ == "__main__":` guard. Otherwise a batch or two are built at a time in this process
 (BUILD_THREADS): one thread's Parquet decoding and fsyncs (which release the GIL) overlap another's
-routing. A batch's trace files are made durable together (one sync, store.write_session_tables).
+routing. A batch's traces are one commit of the `trajectories` Delta table (store.write_session_tables).
 Results are taken in session order. Token columns are handed to the builders as numpy views over
 the Arrow buffers (no per-token Python objects), prompts in the compact form capture stored (a
 reference and a suffix), so no prompt is read whole unless a builder needs it. Each session's traces replace
-`trajectories/builder=<name>/session_id=<sid>/part-0.parquet` atomically; a session with no trace
-gets an empty file, so a rebuild never leaves stale traces.
+its earlier ones of the builder in that commit; a session with no trace has its earlier ones removed, so a
+rebuild never leaves stale traces.
 """
 
 from __future__ import annotations
@@ -36,9 +36,10 @@ READ_COLUMNS = ["session_id", "seq", "completion_id", "task_id", "status", "http
                 "prompt_ref_seq", "prompt_ref_len", "prompt_suffix_ids", "completion_token_ids", "logprobs",
                 "finish_reason", "tool_calls", "chat_response_json", "policy_version", "metadata_json"]
 NUMPY_COLUMNS = {"prompt_suffix_ids": np.int32, "completion_token_ids": np.int32, "logprobs": np.float32}
-OUTPUT_FILE = "part-0.parquet"
 BUILD_THREADS = 2  # batches in flight: ~1.5x faster prefix_merging on 2 cores (benchmarks/build.py)
 READ_BATCH = 8  # sessions read together: one store listing per batch, not per session and table
+COMMIT_BATCH = 64  # sessions whose traces share one trajectories commit (a commit costs tens of ms, whatever
+# its size: one per READ_BATCH added ~20 s to a 2,000-session build)
 PROCESS_MIN_SESSIONS = 128  # fewer sessions build faster in process than a worker takes to start (~0.4 s)
 MAX_WORKERS = 8
 BUILDERS: dict[str, Builder] = {
@@ -159,7 +160,7 @@ def build(store_root: StorePath | str, builder: str, session_ids: Iterable[str] 
     summary = BuildSummary(builder)
     pool = _executor(workers, decode)
     try:
-        batches = [wanted[start:start + READ_BATCH] for start in range(0, len(wanted), READ_BATCH)]
+        batches = [wanted[start:start + COMMIT_BATCH] for start in range(0, len(wanted), COMMIT_BATCH)]
         results = pool.map(partial(_build_batch, reader.root, builder, eot_id, decode), batches)
         for batch, stats in zip(batches, results, strict=True):
             for sid, session_stats in zip(batch, stats, strict=True):
@@ -193,10 +194,12 @@ def _wanted(reader: Reader, session_ids: Iterable[str] | None) -> list[str]:
 
 def _build_batch(root: StorePath, builder: str, eot_id: int | None, decode: Decode | None,
                  session_ids: list[str]) -> list[dict]:
-    """Build a few sessions' traces and write them with one sync; returns their stats. Runs in a worker
-    process too."""
+    """Build some sessions' traces (READ_BATCH sessions read at a time) and commit them at once; returns
+    their stats. Runs in a worker process too."""
+    reader = StoreReader(root)
     built = [BUILDERS[builder](rows, eot_id=eot_id, session=session, decode=decode)
-             for rows, session in load_batch(StoreReader(root), session_ids)]
+             for start in range(0, len(session_ids), READ_BATCH)
+             for rows, session in load_batch(reader, session_ids[start:start + READ_BATCH])]
     traces = [(sid, session_traces) for sid, (session_traces, _) in zip(session_ids, built, strict=True)]
-    write_session_tables(root, "trajectories", traces, OUTPUT_FILE, builder=builder)
+    write_session_tables(root, "trajectories", traces, builder=builder, writer="tracetap build")
     return [stats for _, stats in built]

@@ -10,6 +10,7 @@ re-register its session or move the fence.
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import logging
 from collections.abc import Callable, Mapping
@@ -93,8 +94,8 @@ class ControlPlane:
                 raise Reject(409, f"session {sid!r} already has a posted outcome (reward {stored[0]['reward']})",
                              "conflict")
             if not stored:
-                await asyncio.to_thread(write_session_table, self.writer.root, "rewards", sid, [row],
-                                        f"{outcome.EVALUATOR}.parquet")
+                await asyncio.to_thread(functools.partial(write_session_table, self.writer.root, "rewards", sid, [row],
+                                                          evaluator=outcome.EVALUATOR, writer="tracetap gateway"))
         await asyncio.to_thread(self.writer.close_session, sid)
         return json_reply({"session_id": sid, "status": "closed", "evaluator": outcome.EVALUATOR,
                            "reward": row["reward"], "duplicate": bool(stored)})

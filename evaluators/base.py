@@ -129,7 +129,7 @@ class Evaluator:
 
 
 def evaluator_name(cls: type[Evaluator]) -> str:
-    """The name results are stored under (`rewards/session_id=<sid>/<name>.parquet`)."""
+    """The name results are stored under (the `evaluator` column of `rewards`)."""
     try:
         return validate_name(cls.name or cls.__name__, "evaluator name")
     except ValueError as error:

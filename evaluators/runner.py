@@ -1,4 +1,4 @@
-"""Score a store's sessions with one evaluator and write `rewards/session_id=<sid>/<name>.parquet`.
+"""Score a store's sessions with one evaluator and replace their rows of it in `rewards`.
 
 Each session gets its rows (session, completions, one builder's trajectory) and its workspace:
 `--workspace-root DIR` gives `DIR/<session_id>`; otherwise the session's metadata `workspace` path.
@@ -45,7 +45,7 @@ class SessionScore:
     reward: float | None
     trace_rewards: list[float] | None
     error: str | None
-    path: StorePath
+    evaluator: str  # the rewards row is the session's row of this evaluator
 
 
 def session_rows(reader: Reader, session_ids: list[str] | None) -> list[dict]:
@@ -125,8 +125,8 @@ class EvaluationJob:
         inp = self.eval_input(session)
         result, error = _run(self.evaluator, inp)
         row = self.reward_row(inp, result, error)
-        path = write_session_table(self.root, "rewards", inp.session_id, [row], f"{self.name}.parquet")
-        return SessionScore(inp.session_id, row["reward"], row["trace_rewards"], error, path)
+        write_session_table(self.root, "rewards", inp.session_id, [row], evaluator=self.name)
+        return SessionScore(inp.session_id, row["reward"], row["trace_rewards"], error, self.name)
 
 
 def evaluate_store(root: StorePath | str, spec: str, config: dict[str, Any], **options: Any) -> list[SessionScore]:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from tracetap.builders.rewards import add_metadata, join_session
-from tracetap.builders.runner import OUTPUT_FILE, build
+from tracetap.builders.runner import build
 from tracetap.evaluators.runner import NO_TOOLS, SessionScore, SessionTools, evaluate_store
 from tracetap.rollout.models import EvaluatorSpec
 from tracetap.store import StoreReader, write_session_table
@@ -43,8 +43,8 @@ def finish_traces(store: Path, session_id: str, builder: str, score: SessionScor
     traces = reader.trajectories(builder, [session_id]).to_pylist()
     if not traces:  # not built, or built without a trace: nothing to label
         return
-    if score is not None:  # the evaluator's row is `rewards/session_id=<sid>/<evaluator>.parquet`
-        [reward_row] = reader.rewards(score.path.stem, [session_id])
+    if score is not None:
+        [reward_row] = reader.rewards(score.evaluator, [session_id])
         traces = join_session(traces, reward_row, reward_row["evaluator"])
     labelled = [{**row, "metadata_json": add_metadata(row.get("metadata_json"), rollout=rollout)} for row in traces]
-    write_session_table(store, "trajectories", session_id, labelled, OUTPUT_FILE, builder=builder)
+    write_session_table(store, "trajectories", session_id, labelled, builder=builder, writer="tracetap rollout")

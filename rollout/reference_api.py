@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import Any
 
 from tracetap.rollout.models import TaskRequest, TaskResult
-from tracetap.store import task_file
 
 
 def from_reference(body: Any) -> TaskRequest:
@@ -34,4 +33,4 @@ def to_reference(result: TaskResult, store: Path) -> dict:
     status = "failed" if result.status == "cancelled" else result.status
     return {"task_id": result.task_id, "status": status,
             "results": [r.model_dump(mode="json") for r in result.results],
-            "result_paths": [str(task_file(store, result.task_id))]}
+            "result_paths": [str(store / "rollouts")]}  # the Delta table holding the task's row

@@ -8,6 +8,7 @@ polars load only when a reader is used.
 from tracetap.store.catalog import VIEW_COLUMNS, connect, scan
 from tracetap.store.compaction import compact_session, compact_store
 from tracetap.store.connection import StoreConnection
+from tracetap.store.delta import table_layout
 from tracetap.store.files import StoreError, check_store, storage_schema, write_text_atomic
 from tracetap.store.grants import Grant, find_secret, save_grant, secret_hash
 from tracetap.store.location import (
@@ -19,15 +20,18 @@ from tracetap.store.location import (
     fsync_dir,
     store_path,
 )
+from tracetap.store.maintenance import DEFAULT_RETAIN_HOURS, TableVersion, history, vacuum
 from tracetap.store.migrate import Migration, migrate_store
-from tracetap.store.paths import InvalidSessionId, session_dir, task_file, validate_name, validate_session_id
+from tracetap.store.paths import InvalidSessionId, session_dir, validate_name, validate_session_id
 from tracetap.store.prompts import Prompts, Stored
-from tracetap.store.reader import Reader, StoreReader, read_task, read_tasks
+from tracetap.store.reader import Reader, StoreReader
 from tracetap.store.schema import SCHEMA_VERSION, TABLES, describe, empty_row
 from tracetap.store.tables import write_session_table, write_session_tables
+from tracetap.store.tasks import read_task, read_tasks, save_task
 from tracetap.store.writer import StoreWriter
 
 __all__ = [
+    "DEFAULT_RETAIN_HOURS",
     "SCHEMA_VERSION",
     "TABLES",
     "VIEW_COLUMNS",
@@ -44,6 +48,7 @@ __all__ = [
     "StoreReader",
     "StoreWriter",
     "Stored",
+    "TableVersion",
     "check_reachable",
     "check_store",
     "compact_session",
@@ -54,18 +59,21 @@ __all__ = [
     "ensure_dir",
     "find_secret",
     "fsync_dir",
+    "history",
     "read_task",
     "migrate_store",
     "read_tasks",
     "save_grant",
+    "save_task",
     "scan",
     "secret_hash",
     "session_dir",
     "storage_schema",
     "store_path",
-    "task_file",
+    "table_layout",
     "validate_name",
     "validate_session_id",
+    "vacuum",
     "write_session_table",
     "write_session_tables",
     "write_text_atomic",

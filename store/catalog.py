@@ -34,6 +34,8 @@ from typing import TYPE_CHECKING
 
 from tracetap.store.compact_form import BODIES, PLACEHOLDER, refs_column, template_column
 from tracetap.store.connection import StoreConnection, duckdb_vanished
+from tracetap.store.delta import DELTA_TABLES, open_table
+from tracetap.store.delta import read as read_delta
 from tracetap.store.files import read_parquet, storage_schema
 from tracetap.store.location import ObjectPath, StorePath, is_dir, store_path
 from tracetap.store.log_reading import log_source, sql_string, typed_nulls
@@ -55,6 +57,7 @@ VIEW_COLUMNS = {"completions": (
 # tables that gained a column since schema version 1: their files are matched by column name (older
 # files read it as NULL), which costs a schema read per file, so only where needed
 GREW_COLUMNS = ("sessions", "completions")
+LISTED_TABLES = [table for table in TABLES if table not in DELTA_TABLES]  # read from listed files
 LOG = "log"  # the pseudo-table of log segments in the set of sources without files
 _SURROGATE_ESCAPE = r"'\\u[dD][89a-fA-F][0-9a-fA-F]{2}'"  # RE2 for a surrogate's \uXXXX escape
 _SURROGATES_REPLACED = f"regexp_replace(text, {_SURROGATE_ESCAPE}, '\\\\ufffd', 'g')"
@@ -89,12 +92,25 @@ def _logged(con: duckdb.DuckDBPyConnection, empty: frozenset[str]) -> str:
             f"AND ({shown} IS NULL OR list_contains({shown}, session_id))")
 
 
+def _delta_source(table: str) -> str:
+    """A Delta table's rows of the version registered before the statement (limited to the shown sessions)."""
+    shown = f"getvariable('{_variable('shown_sessions')}')"
+    only_shown = "" if table == "rollouts" else f" WHERE {shown} IS NULL OR list_contains({shown}, session_id)"
+    return f"SELECT * FROM {_registered(table)}{only_shown}"
+
+
+def _registered(table: str) -> str:
+    return f"tracetap_delta_{table}"
+
+
 def _source(con: duckdb.DuckDBPyConnection, table: str, empty: frozenset[str]) -> str:
-    """`table`'s stored rows: its typed empty select, plus the files its variable lists (unless it has
-    none), plus for completions the visible log rows."""
+    """`table`'s stored rows: its typed empty select, plus its files (the Delta table's version, or the
+    files its variable lists) unless it has none, plus for completions the visible log rows."""
     logged = _logged(con, empty) if table == "completions" else ""
     if table in empty:
         return _typed_empty(con, table) + logged
+    if table in DELTA_TABLES:
+        return f"SELECT * FROM ({_typed_empty(con, table)}) UNION ALL BY NAME {_delta_source(table)}"
     by_name = "true" if table in GREW_COLUMNS else "false"
     scan = (f"SELECT * FROM read_parquet(getvariable('{_variable(table)}'), hive_partitioning = false, "
             f"union_by_name = {by_name})")
@@ -188,13 +204,18 @@ class _Views:
         self.empty: frozenset[str] | None = None  # the tables without files the views were made for
 
     def refresh(self) -> None:
-        listed = snapshot(self.root, TABLES, self.session_ids)
-        files = {table: listed.files(table) for table in TABLES}
+        listed = snapshot(self.root, LISTED_TABLES, self.session_ids)
+        files = {table: listed.files(table) for table in LISTED_TABLES}
         for table, paths in files.items():
             if paths:
                 self.con.execute(f"SET VARIABLE {_variable(table)} = $1", [paths])
         self._set_log(listed)
-        empty = frozenset(table for table, paths in [*files.items(), (LOG, listed.log)] if not paths)
+        versions = {table: open_table(self.root, table) for table in DELTA_TABLES}
+        for table, delta in versions.items():
+            if delta is not None:
+                self.con.register(_registered(table), delta.to_pyarrow_dataset())
+        empty = frozenset([*(table for table, paths in [*files.items(), (LOG, listed.log)] if not paths),
+                           *(table for table, delta in versions.items() if delta is None)])
         if empty != self.empty:  # making a view reads its files' schemas: a vanished one fails it, retried
             self.con.execute("; ".join(f"CREATE OR REPLACE VIEW {table} AS {_view_sql(self.con, table, empty)}"
                                        for table in TABLES))
@@ -289,6 +310,8 @@ def _table_frame(root: StorePath, table: str, schema: polars.Schema) -> polars.L
     through the store's filesystem (Polars would reach the bucket with credentials of its own)."""
     import polars
 
+    if table in DELTA_TABLES:
+        return polars.DataFrame(read_delta(open_table(root, table), table)).lazy()
     files = snapshot(root, [table]).files(table)
     if not files:
         return polars.LazyFrame(schema=schema)

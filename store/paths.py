@@ -12,7 +12,7 @@ import re
 from pathlib import Path
 from typing import overload
 
-from tracetap.store.location import ObjectPath, StorePath, exists, list_names, store_path
+from tracetap.store.location import ObjectPath, StorePath, list_names, store_path
 
 SESSION_ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
 LOOSE_NAME = re.compile(r"^(\d{8,})-(.+)\.parquet$")
@@ -20,7 +20,7 @@ PART_NAME = re.compile(r"^part-(\d+)\.parquet$")
 SEGMENT_NAME = re.compile(r"^([A-Za-z0-9]+)-(\d{6,})\.jsonl$")
 VERSION_FILE = "VERSION"
 LOG_DIR = "log"
-TABLE_DEPTH = {"completions": 1, "sessions": 1, "rewards": 1, "trajectories": 2}
+TABLE_DEPTH = {"completions": 1, "sessions": 1}  # tables of per-session files (the others: store/delta.py)
 
 
 class InvalidSessionId(ValueError):
@@ -125,21 +125,6 @@ def log_segments(root: StorePath | str) -> list[StorePath]:
 
 def session_file(root: StorePath, sid: str) -> StorePath:
     return session_dir(root, "sessions", sid) / "session.parquet"
-
-
-@overload
-def task_file(root: Path, task_id: str) -> Path: ...
-@overload
-def task_file(root: StorePath | str, task_id: str) -> StorePath: ...
-def task_file(root: StorePath | str, task_id: str) -> StorePath:
-    """Where a rollout task's request and result live: `rollouts/task_id=<id>/task.json`."""
-    return _under(store_path(root), "rollouts", f"task_id={validate_name(task_id, 'task id')}", "task.json")
-
-
-def task_files(root: StorePath | str) -> list[StorePath]:
-    rollouts = store_path(root) / "rollouts"
-    files = [rollouts / name / "task.json" for name in _listed(rollouts) if name.startswith("task_id=")]
-    return [path for path in files if exists(path)]
 
 
 def data_files(directory: StorePath | str) -> list[str]:

@@ -9,8 +9,6 @@ token columns stay columnar); small per-session rows (sessions, rewards, tasks) 
 
 from __future__ import annotations
 
-import json
-import os
 from collections.abc import Callable, Collection
 from typing import Protocol
 
@@ -19,28 +17,28 @@ import pyarrow.compute as pc
 from tracetap.store.catalog import connect
 from tracetap.store.compaction import recorded_sessions
 from tracetap.store.connection import StoreConnection
+from tracetap.store.delta import DELTA_TABLES, open_table
+from tracetap.store.delta import read as read_delta
 from tracetap.store.files import check_store, read_parquet
-from tracetap.store.location import StorePath, exists, is_dir, read_bytes
+from tracetap.store.location import StorePath, is_dir
 from tracetap.store.log_reading import logged_sessions
-from tracetap.store.paths import task_file, task_files, validate_name, validate_session_id
+from tracetap.store.paths import validate_name, validate_session_id
 from tracetap.store.reading import read_completions, retrying
-from tracetap.store.schema import REWARDS, SESSIONS, TRAJECTORIES
-from tracetap.store.snapshot import PARTITION, partitions, snapshot
+from tracetap.store.schema import SESSIONS
+from tracetap.store.snapshot import partitions, snapshot
 
 
 def _ids(session_ids: Collection[str] | None) -> list[str] | None:
     return None if session_ids is None else [validate_session_id(sid) for sid in session_ids]
 
 
-def _partition(path: str) -> str:
-    """The session id of a data file's `session_id=<sid>` directory."""
-    return os.path.basename(os.path.dirname(path)).removeprefix(PARTITION)
-
-
-def _of_builder(builder: str) -> Callable[[str], bool]:
-    """Whether a trajectories file is `builder`'s (`trajectories/builder=<b>/session_id=<sid>/...`)."""
-    marker = f"builder={validate_name(builder, 'builder')}"
-    return lambda path: os.path.basename(os.path.dirname(os.path.dirname(path))) == marker
+def _matching(column: str, value: str | None, session_ids: list[str] | None) -> pc.Expression | None:
+    """Rows whose `column` is `value` (any, when None) of `session_ids` (all, when None)."""
+    where = None if value is None else pc.field(column) == validate_name(value, column)
+    if session_ids is not None:
+        of_sessions = pc.field("session_id").isin(session_ids)
+        where = of_sessions if where is None else where & of_sessions
+    return where
 
 
 class Reader(Protocol):
@@ -75,6 +73,9 @@ class StoreReader:
 
     def files(self, table: str) -> list[str]:
         """The Parquet files a reader of `table` reads now, for tools that scan them directly."""
+        if table in DELTA_TABLES:
+            delta = open_table(self.root, table)
+            return [] if delta is None else delta.file_uris()
         return snapshot(self.root, [table]).files(table)
 
     def completions(self, session_id: str, columns: list[str] | None = None) -> pa.Table:
@@ -86,20 +87,18 @@ class StoreReader:
         """Several sessions' completions from one listing: {session_id: its rows in seq order}."""
         return read_completions(self.root, _ids(session_ids) or [], columns)
 
-    def _table(self, table: str, schema: pa.Schema, session_ids: Collection[str] | None,
-               keep: Callable[[str], bool] = lambda path: True) -> pa.Table:
-        """Every file of `table` (of `session_ids` when given) that `keep` accepts, as of one listing."""
+    def sessions(self, session_ids: Collection[str] | None = None) -> list[dict]:
+        """Session rows (all, or those of `session_ids` that have one), by session id."""
         wanted = _ids(session_ids)
 
         def read() -> pa.Table:
-            return read_parquet([path for path in snapshot(self.root, [table], wanted).files(table) if keep(path)],
-                                schema)
+            return read_parquet(snapshot(self.root, ["sessions"], wanted).files("sessions"), SESSIONS)
 
-        return retrying(read)
+        return retrying(read).to_pylist()
 
-    def sessions(self, session_ids: Collection[str] | None = None) -> list[dict]:
-        """Session rows (all, or those of `session_ids` that have one), by session id."""
-        return self._table("sessions", SESSIONS, session_ids).to_pylist()
+    def _delta(self, table: str, where: pc.Expression | None, columns: list[str] | None = None) -> pa.Table:
+        """Rows of the latest version of a Delta table (store/delta.py)."""
+        return read_delta(open_table(self.root, table), table, where, columns)
 
     def session(self, session_id: str) -> dict | None:
         """One session's row, or None when the store has none for it."""
@@ -108,20 +107,19 @@ class StoreReader:
 
     def trajectories(self, builder: str, session_ids: Collection[str] | None = None) -> pa.Table:
         """`builder`'s traces (all sessions, or `session_ids`), by session id then trace index."""
-        table = self._table("trajectories", TRAJECTORIES, session_ids, _of_builder(builder))
+        table = self._delta("trajectories", _matching("builder", builder, _ids(session_ids)))
         return table.sort_by([("session_id", "ascending"), ("trace_index", "ascending")])
 
     def trajectory_session_ids(self, builder: str) -> list[str]:
         """Ids of the sessions with a trajectories file of `builder`, sorted."""
-        files = filter(_of_builder(builder), snapshot(self.root, ["trajectories"]).files("trajectories"))
-        return sorted(set(map(_partition, files)))
+        table = self._delta("trajectories", _matching("builder", builder, None), ["session_id"])
+        return sorted(set(table.column("session_id").to_pylist()))
 
     def rewards(self, evaluator: str | None = None, session_ids: Collection[str] | None = None) -> list[dict]:
-        """Reward rows (of one evaluator, when given), by session id then creation time."""
-        table = self._table("rewards", REWARDS, session_ids)
-        if evaluator is not None:
-            table = table.filter(pc.field("evaluator") == validate_name(evaluator, "evaluator name"))
-        return table.sort_by([("session_id", "ascending"), ("created_at", "ascending")]).to_pylist()
+        """Reward rows (of one evaluator, when given), by session id, creation time, evaluator."""
+        table = self._delta("rewards", _matching("evaluator", evaluator, _ids(session_ids)))
+        order = [("session_id", "ascending"), ("created_at", "ascending"), ("evaluator", "ascending")]
+        return table.sort_by(order).to_pylist()
 
     def connect(self, decode: Callable[[list[int]], str] | None = None,
                 session_ids: Collection[str] | None = None) -> StoreConnection:
@@ -134,15 +132,3 @@ class StoreReader:
         return (session_id in logged_sessions(self.root)
                 or is_dir(partitions(self.root, "completions", [session_id])[0]))
 
-
-def read_tasks(root: StorePath | str) -> dict[str, dict]:
-    """Every rollout task file's body (`rollouts/task_id=<id>/task.json`), by task id.
-
-    Task files come before any call is recorded, so the store need not hold a VERSION yet."""
-    return {path.parent.name.removeprefix("task_id="): json.loads(read_bytes(path)) for path in task_files(root)}
-
-
-def read_task(root: StorePath | str, task_id: str) -> dict | None:
-    """One rollout task file's body, or None when the store has none for it."""
-    path = task_file(root, task_id)
-    return json.loads(read_bytes(path)) if exists(path) else None

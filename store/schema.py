@@ -11,7 +11,8 @@ import pyarrow as pa
 MAX_REFUSED_HOSTS = 64  # hosts a session row names in refused_hosts_json; later ones count together under:
 OTHER_HOSTS = "(other hosts)"  # no host name has parentheses or spaces
 
-SCHEMA_VERSION = 2  # 2: completions files hold the compact form (COMPACT)
+SCHEMA_VERSION = 3  # 2: completions files hold the compact form (COMPACT); 3: rewards, trajectories and
+# rollouts are Delta tables (store/delta.py)
 
 API_NAMES = ("openai_chat", "anthropic_messages", "openai_responses", "gemini")
 # degraded: the upstream answered (the harness got it) but not with training data: no token ids,
@@ -134,11 +135,20 @@ TRAJECTORIES = pa.schema([
     _f("metadata_json", pa.string(), "reconstruction stats and provenance"),
 ])
 
+ROLLOUTS = pa.schema([
+    _f("task_id", pa.string(), "rollout task id", False),
+    _f("status", pa.string(), "the task's status: running | completed | failed | cancelled"),
+    _f("updated_at", pa.timestamp("us", tz="UTC"), "when the record was last written"),
+    _f("request_json", pa.string(), "the TaskRequest as submitted", False),
+    _f("result_json", pa.string(), "the TaskResult so far (its sessions' results)", False),
+])
+
 TABLES: dict[str, pa.Schema] = {
     "completions": COMPLETIONS,
     "sessions": SESSIONS,
     "rewards": REWARDS,
     "trajectories": TRAJECTORIES,
+    "rollouts": ROLLOUTS,
 }
 
 STORED_TABLES: dict[str, pa.Schema] = {**TABLES, "completions": STORED_COMPLETIONS}  # what files hold

@@ -2,7 +2,7 @@
 
 Builders write `trajectories`, evaluators write `rewards`; both go through `write_session_table`
 (or `write_session_tables` for a batch of sessions), which checks every row against the schema before
-anything touches the disk.
+anything is committed.
 """
 
 from __future__ import annotations
@@ -11,9 +11,10 @@ from collections.abc import Callable
 from datetime import datetime
 
 import pyarrow as pa
-from tracetap.store.files import storage_schema, write_parquet_atomic_many
+from tracetap.store.delta import replace, sql_in
+from tracetap.store.files import storage_schema
 from tracetap.store.location import StorePath, store_path
-from tracetap.store.paths import session_dir, validate_filename, validate_session_id
+from tracetap.store.paths import validate_name, validate_session_id
 from tracetap.store.schema import STORED_TABLES
 
 MAX_PLAIN_LIST = 32  # items of a list checked in Python; a longer one converts faster in Arrow
@@ -102,49 +103,40 @@ _CHECKS = {name: {field.name: (field, _plain_check(field.type)) for field in sch
            for name, schema in _STORAGE.items()}
 
 
-def write_session_table(
-    root: StorePath | str,
-    table: str,
-    session_id: str,
-    rows: list[dict],
-    filename: str,
-    *,
-    builder: str | None = None,
-) -> StorePath:
-    """Atomically (re)write one file of a session's `rewards` or `trajectories` partition.
+def write_session_table(root: StorePath | str, table: str, session_id: str, rows: list[dict], *,
+                        builder: str | None = None, evaluator: str | None = None, writer: str = "tracetap") -> None:
+    """Replace one session's rows of `builder` in `trajectories`, or of `evaluator` in `rewards`.
 
-    Paths: `rewards/session_id=<sid>/<filename>` and
-    `trajectories/builder=<builder>/session_id=<sid>/<filename>`. Rows may omit `session_id`
-    (and `builder`); rows naming another session or builder are rejected. Returns the file's path.
-    """
-    return write_session_tables(root, table, [(session_id, rows)], filename, builder=builder)[0]
+    Rows may omit `session_id` and the key (`builder` or `evaluator`); rows naming another session or
+    key are rejected. No rows: the session's rows of that key are removed."""
+    write_session_tables(root, table, [(session_id, rows)], builder=builder, evaluator=evaluator, writer=writer)
 
 
-def write_session_tables(
-    root: StorePath | str,
-    table: str,
-    sessions: list[tuple[str, list[dict]]],
-    filename: str,
-    *,
-    builder: str | None = None,
-) -> list[StorePath]:
-    """write_session_table for several sessions `(session id, rows)`, their files made durable together
-    (one sync for the batch on the local disk). Every row is checked before any file is written."""
-    if table not in ("rewards", "trajectories"):
-        raise ValueError(f"write_session_table writes rewards or trajectories, not {table!r}")
-    files = [_session_file(store_path(root), table, sid, rows, filename, builder) for sid, rows in sessions]
-    write_parquet_atomic_many(files)
-    return [path for path, _ in files]
+def write_session_tables(root: StorePath | str, table: str, sessions: list[tuple[str, list[dict]]], *,
+                         builder: str | None = None, evaluator: str | None = None, writer: str = "tracetap") -> None:
+    """write_session_table for several sessions `(session id, rows)` in one Delta commit (store/delta.py):
+    readers see every session's new rows or none of them. Every row is checked before anything is written."""
+    column, key = _key(table, builder, evaluator)
+    fixed_rows = [row for sid, rows in sessions for row in _fixed(validate_session_id(sid), column, key, rows)]
+    checked = rows_to_table(table, fixed_rows)
+    where = f"{column} = '{key}' AND {sql_in('session_id', [sid for sid, _ in sessions])}"
+    replace(store_path(root), table, checked, where, writer)
 
 
-def _session_file(root: StorePath, table: str, session_id: str, rows: list[dict], filename: str,
-                  builder: str | None) -> tuple[StorePath, pa.Table]:
-    """(the file's path, its checked rows as a table) for one session's partition."""
-    sid = validate_session_id(session_id)
-    path = session_dir(root, table, sid, builder) / validate_filename(filename)
-    fixed = {"session_id": sid, **({"builder": builder} if table == "trajectories" else {})}
+def _key(table: str, builder: str | None, evaluator: str | None) -> tuple[str, str]:
+    """(the column whose value a write replaces rows of, its value): trajectories by builder, rewards by evaluator."""
+    if table == "trajectories" and builder is not None and evaluator is None:
+        return "builder", validate_name(builder, "builder")
+    if table == "rewards" and evaluator is not None and builder is None:
+        return "evaluator", validate_name(evaluator, "evaluator name")
+    raise ValueError("write_session_tables writes trajectories of one builder or rewards of one evaluator")
+
+
+def _fixed(sid: str, column: str, key: str, rows: list[dict]) -> list[dict]:
+    """Rows with their session id and key filled in; a row naming other ones is an error."""
+    fixed = {"session_id": sid, column: key}
     for row in rows:
         clash = {k: row[k] for k in fixed if row.get(k) not in (None, fixed[k])}
         if clash:
             raise ValueError(f"row {clash} does not belong to {fixed}")
-    return path, rows_to_table(table, [{**row, **fixed} for row in rows])
+    return [{**row, **fixed} for row in rows]

@@ -51,12 +51,20 @@ from typing import IO
 from tracetap.store import compaction
 from tracetap.store.commit_log import SEGMENT_BYTES, CommitLog
 from tracetap.store.compact_form import History, encode_row
-from tracetap.store.files import StoreError, read_parquet, read_version, write_parquet_atomic, write_text_atomic
+from tracetap.store.files import (
+    StoreError,
+    outdated,
+    read_parquet,
+    read_version,
+    write_parquet_atomic,
+    write_text_atomic,
+)
 from tracetap.store.flusher import Flusher
 from tracetap.store.location import ObjectPath, StorePath, ensure_dir, exists, is_dir, store_path
 from tracetap.store.log_reading import logged_sessions, segment_sessions
 from tracetap.store.paths import (
     LOG_DIR,
+    TABLE_DEPTH,
     VERSION_FILE,
     log_segments,
     session_dir,
@@ -74,7 +82,6 @@ from tracetap.store.schema import (
     OTHER_HOSTS,
     SCHEMA_VERSION,
     SESSIONS,
-    TABLES,
     UNRECORDED_KINDS,
     empty_row,
 )
@@ -254,14 +261,13 @@ class StoreWriter:
         return len(self._sessions)
 
     def _open_store(self) -> IO[str] | None:
-        for table in (None, *TABLES):
+        for table in (None, *TABLE_DEPTH):  # the Delta tables are made by their first commit
             ensure_dir(self.root / table if table else self.root)
         version = read_version(self.root)
         if version is None:
             write_text_atomic(self.root / VERSION_FILE, f"{SCHEMA_VERSION}\n")
         elif version < SCHEMA_VERSION:
-            raise StoreError(f"store {self.root} has schema version {version}: run `tracetap migrate --store "
-                             f"{self.root}` before recording into it (it stays readable as is)")
+            raise outdated(self.root, version)
         if isinstance(self.root, ObjectPath):
             return None  # gateways on several machines share an object store, each with its own log
         owner = open(self.root / ".writer.lock", "a")

@@ -93,9 +93,9 @@ def make_store(root: Path, *, trajectories: bool = True, rewards: bool = True) -
                                           "completion_id": f"{sid}-{n}"})
     as_form(root)
     for sid, traces in TRAJECTORIES.items() if trajectories else ():
-        write_session_table(root, "trajectories", sid, traces, "part-0.parquet", builder="prefix_merging")
+        write_session_table(root, "trajectories", sid, traces, builder="prefix_merging")
     for sid, reward in REWARDS.items() if rewards else ():
         row = {"evaluator": "session_completed", "reward": reward["reward"],
                "details_json": json.dumps(reward["details"])}
-        write_session_table(root, "rewards", sid, [row], "session_completed.parquet")
+        write_session_table(root, "rewards", sid, [row], evaluator="session_completed")
     return root

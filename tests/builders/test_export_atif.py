@@ -49,9 +49,9 @@ def document(tmp_path) -> dict:
             "status": "ok", "segment_index": 0}
     traces = [{**base, "trace_index": 0, "chain_index": 0, "completion_ids": ["a1-0", "a1-1", "a1-2"]},
               {**base, "trace_index": 1, "chain_index": 1, "completion_ids": ["a1-3"]}]
-    write_session_table(root, "trajectories", "a1", traces, "part-0.parquet", builder="prefix_merging")
+    write_session_table(root, "trajectories", "a1", traces, builder="prefix_merging")
     reward = {"evaluator": "ev", "trace_rewards": [1.0, 0.0]}
-    write_session_table(root, "rewards", "a1", [reward], "ev.parquet")
+    write_session_table(root, "rewards", "a1", [reward], evaluator="ev")
     summary = export(root, "prefix_merging", "atif", tmp_path / "atif", evaluator="ev")
     assert (summary.sessions, summary.written) == (1, 2)
     assert sorted(p.name for p in (tmp_path / "atif").iterdir()) == ["a1.json"]

@@ -69,7 +69,7 @@ def test_join_keeps_metadata_and_does_not_touch_its_input():
 
 def test_rewards_load_from_a_real_store_and_join_its_trajectories(tmp_path):
     root = make_store(tmp_path / "store")
-    write_session_table(root, "rewards", "s1", [{"evaluator": "other", "reward": 0.3}], "other.parquet")
+    write_session_table(root, "rewards", "s1", [{"evaluator": "other", "reward": 0.3}], evaluator="other")
     reader = StoreReader(root)
     rewards = load_rewards(reader, "session_completed")
     assert sorted(rewards) == ["s1", "s2", "s3"]

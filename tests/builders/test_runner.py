@@ -5,13 +5,13 @@ from __future__ import annotations
 import os
 from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 
-import pyarrow.parquet as pq
 import pytest
+from deltalake import DeltaTable
 from toychat import Conversation, failure
 from tracestore import read_traces, write_store
 from tracetap.builders import build, default_workers, list_sessions, load_session
-from tracetap.builders.runner import PROCESS_MIN_SESSIONS, READ_BATCH, _executor
-from tracetap.store import InvalidSessionId, StoreError, StoreWriter
+from tracetap.builders.runner import COMMIT_BATCH, PROCESS_MIN_SESSIONS, READ_BATCH, _executor
+from tracetap.store import InvalidSessionId, StoreError, StoreReader, StoreWriter
 
 from tracetap.common import decode as decode_text
 
@@ -31,14 +31,14 @@ def store_root(tmp_path):
     return write_store(tmp_path / "store", rows)
 
 
-def test_build_writes_one_file_per_session_under_the_builder(store_root):
+def test_build_commits_its_traces_to_the_builders_partition(store_root):
     seen = []
     summary = build(store_root, "prefix_merging", progress=seen.append)
     assert seen == ["a", "b"] == list_sessions(store_root)
-    for sid in seen:
-        path = store_root / "trajectories" / "builder=prefix_merging" / f"session_id={sid}" / "part-0.parquet"
-        table = pq.read_table(path)
-        assert table.column("session_id").to_pylist() == [sid]
+    stored = DeltaTable(str(store_root / "trajectories")).to_pyarrow_table()  # as any Delta reader sees it
+    assert sorted(stored.column("session_id").to_pylist()) == ["a", "b"]
+    assert set(stored.column("builder").to_pylist()) == {"prefix_merging"}
+    assert (store_root / "trajectories" / "builder=prefix_merging").is_dir()
     assert (summary.sessions, summary.traces, summary.chains, summary.segments) == (2, 2, 2, 2)
     assert summary.not_trainable == ["b"]  # its last call failed upstream
     assert summary.session_stats["a"]["completions_merged"] == 2
@@ -55,12 +55,11 @@ def test_rebuild_replaces_a_session_and_leaves_no_temp_files(store_root):
     assert not list(store_root.rglob("*.tmp"))
 
 
-def test_session_with_only_failed_calls_gets_an_empty_partition(tmp_path):
+def test_session_with_only_failed_calls_has_no_traces(tmp_path):
     root = write_store(tmp_path / "store", [failure(502, session_id="c"), failure(504, "timeout", "c")])
     summary = build(root, "prefix_merging", session_ids=["c", "c"])
     assert (summary.sessions, summary.traces, summary.not_trainable) == (1, 0, ["c"])
-    path = root / "trajectories" / "builder=prefix_merging" / "session_id=c" / "part-0.parquet"
-    assert pq.read_table(path).num_rows == 0
+    assert StoreReader(root).trajectories("prefix_merging").num_rows == 0
 
 
 def test_compacted_and_loose_files_read_alike(store_root):
@@ -101,15 +100,15 @@ def _traces_of(root, builder: str, sessions: list[str]) -> dict[str, list[dict]]
 
 @pytest.mark.parametrize("builder", ["prefix_merging", "per_request"])
 def test_worker_processes_build_what_one_process_builds(tmp_path, builder):
-    sids = [f"s{n:02d}" for n in range(2 * READ_BATCH + 3)]  # three batches, the last one short
-    rows = [row for n, sid in enumerate(sids) for row in agent_rows(sid, 1 + n % 4)] + [failure(502, session_id="s05")]
+    sids = [f"s{n:03d}" for n in range(COMMIT_BATCH + READ_BATCH + 3)]  # two commits, the second one short
+    rows = [row for n, sid in enumerate(sids) for row in agent_rows(sid, 1 + n % 4)] + [failure(502, session_id="s005")]
     root = write_store(tmp_path / "store", rows)
     alone = build(root, builder)
     in_process = _traces_of(root, builder, sids)
     seen = []
     parallel = build(root, builder, progress=seen.append, workers=2)
     assert seen == sids  # in session order, each once written
-    assert parallel.to_dict() == alone.to_dict() and parallel.not_trainable == ["s05"]
+    assert parallel.to_dict() == alone.to_dict() and parallel.not_trainable == ["s005"]
     assert _traces_of(root, builder, sids) == in_process
 
 

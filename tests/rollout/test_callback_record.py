@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -15,7 +14,7 @@ from click.testing import CliRunner
 from tracetap.rollout.callbacks import LocalReceiver, RetryPolicy
 from tracetap.rollout.node import GatewayNode, NodeConfig
 from tracetap.rollout.server import BackgroundServer, create_app
-from tracetap.store import task_file
+from tracetap.store import read_task
 
 from tracetap.cli import cli as main_cli
 from tracetap.launch import free_port
@@ -54,7 +53,7 @@ def settled(body: dict) -> bool:
 
 
 def stored(gw, task_id: str) -> dict:
-    return json.loads(task_file(gw.store, task_id).read_text())["result"]
+    return read_task(gw.store, task_id)["result"]
 
 
 def test_dead_receiver_is_recorded_as_failed_and_a_restart_still_says_so(gw, tmp_path):

@@ -18,7 +18,7 @@ from live import wait_done
 from tracetap.rollout.callbacks import LocalReceiver
 from tracetap.rollout.node import GatewayNode, NodeConfig
 from tracetap.rollout.server import BackgroundServer, create_app
-from tracetap.store import task_file
+from tracetap.store import read_task
 
 from tracetap.cli import cli as main_cli
 from tracetap.launch import free_port
@@ -105,17 +105,17 @@ def test_invalid_task_is_a_422_naming_the_field_and_creates_nothing(client, gw, 
     reply = client.post("/tasks", json={**shell_task("bad-task", "true"), **change})
     assert reply.status_code == 422
     assert any(field in ".".join(map(str, error["loc"])) for error in reply.json()["detail"]), reply.json()
-    assert not task_file(gw.store, "bad-task").parent.exists()
+    assert read_task(gw.store, "bad-task") is None
     assert client.get("/tasks/bad-task").status_code == 404
 
 
 def test_running_task_id_is_a_409_and_delete_cancels_it(client, gw):
     body = shell_task("long-one", "sleep 60", num_samples=2)
     first = client.post("/tasks", json=body).json()
-    before = task_file(gw.store, "long-one").read_text()
+    before = read_task(gw.store, "long-one")
     again = client.post("/tasks", json=body)
     assert again.status_code == 409
-    assert task_file(gw.store, "long-one").read_text() == before  # the rejected one changed nothing
+    assert read_task(gw.store, "long-one") == before  # the rejected one changed nothing
     cancelled = client.delete("/tasks/long-one")
     assert cancelled.status_code == 200
     done = wait_done(client, "/tasks/long-one", timeout=30)
@@ -152,7 +152,7 @@ def test_reference_shaped_request_goes_through_its_routes(client):
     assert done["status"] == "completed"
     assert [r["status"] for r in done["results"]] == ["COMPLETED"] * 2
     assert all(r["reward"] == 1.0 for r in done["results"])
-    assert Path(done["result_paths"][0]).is_file()
+    assert (Path(done["result_paths"][0]) / "_delta_log").is_dir()  # the rollouts table holding the task
     status = client.get("/rollout/status").json()
     assert {node["node_id"] for node in status["nodes"]} == {"n0", "n1"}
     bad = client.post("/rollout/task/submit", json={**body, "task_id": "ref-bad", "num_samples": 0})
@@ -184,7 +184,7 @@ def test_cli_refuses_a_bad_task_file_naming_the_problem(server, gw, tmp_path, te
     path.write_text(text)
     done = cli("submit", str(path), "--server", server.url)
     assert done.exit_code != 0 and message in done.output, done.output
-    assert not task_file(gw.store, "cli-bad").parent.exists()
+    assert read_task(gw.store, "cli-bad") is None
 
 
 def test_cli_cancel_and_ray_without_a_cluster(server, tmp_path, monkeypatch):

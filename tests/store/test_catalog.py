@@ -2,7 +2,7 @@ import json
 
 import pytest
 from store_rows import completion
-from tracetap.store import StoreWriter, connect, scan, write_session_table
+from tracetap.store import StoreWriter, connect, save_task, scan, write_session_table
 from tracetap.store.catalog import VIEW_COLUMNS
 from tracetap.store.paths import session_dir
 from tracetap.store.schema import TABLES
@@ -24,8 +24,9 @@ def fill(root):
     with StoreWriter(root) as w:
         w.record_completion(completion("s1", task_id="t1", tool_calls=[TOOL_CALL], top_logprobs=TOP))
         w.record_completion(completion("s2"))
-    write_session_table(root, "rewards", "s1", [REWARD], "e.parquet")
-    write_session_table(root, "trajectories", "s1", [TRACE], "part-0.parquet", builder="per_request")
+    write_session_table(root, "rewards", "s1", [REWARD], evaluator="e")
+    write_session_table(root, "trajectories", "s1", [TRACE], builder="per_request")
+    save_task(root, "t1", "completed", {"task_id": "t1"}, {"task_id": "t1", "status": "completed"})
 
 
 @pytest.mark.parametrize("table", list(TABLES))
@@ -97,7 +98,8 @@ def test_scan_matches_sql(tmp_path, table):
     assert frame.columns == TABLES[table].names
     columns = ", ".join(TABLES[table].names)
     sql = connect(tmp_path).sql(f"SELECT {columns} FROM {table}").pl()
-    assert frame.sort("session_id").to_dicts() == sql.sort("session_id").to_dicts()
+    key = TABLES[table].names[0]  # session_id, or a rollout's task_id
+    assert frame.sort(key).to_dicts() == sql.sort(key).to_dicts()
 
 
 @pytest.mark.parametrize("table", list(TABLES))
@@ -139,9 +141,9 @@ def test_completions_carry_their_chain_and_side_call_flag(root):
                "metadata_json": json.dumps({"trace": {"retried_completion_ids": [ids[0]]}})},
               {"builder": "prefix_merging", "trace_index": 1, "chain_index": 1, "completion_ids": [ids[2]],
                "metadata_json": json.dumps({"trace": {}})}]
-    write_session_table(root, "trajectories", "s1", traces, "part-0.parquet", builder="prefix_merging")
+    write_session_table(root, "trajectories", "s1", traces, builder="prefix_merging")
     write_session_table(root, "trajectories", "s1", [{**TRACE, "completion_ids": ids, "chain_index": 7}],
-                        "part-0.parquet", builder="per_request")  # another builder's traces do not count
+                        builder="per_request")  # another builder's traces do not count
     assert con.execute(query).fetchall()[:4] == [(ids[0], 0, False), (ids[1], 0, False), (ids[2], 1, True),
                                                  (ids[3], 0, False)]
     assert con.execute("SELECT count(*) FROM completions").fetchone() == (6,)

@@ -31,13 +31,10 @@ def test_invalid_session_id_is_a_value_error():
 
 def test_session_dirs_follow_the_layout(tmp_path):
     assert session_dir(tmp_path, "completions", "s1") == tmp_path / "completions" / "session_id=s1"
-    assert session_dir(tmp_path, "rewards", "s1") == tmp_path / "rewards" / "session_id=s1"
-    assert (session_dir(tmp_path, "trajectories", "s1", "prefix_merging")
-            == tmp_path / "trajectories" / "builder=prefix_merging" / "session_id=s1")
+    assert session_dir(tmp_path, "sessions", "s1") == tmp_path / "sessions" / "session_id=s1"
 
 
-BAD_PARTS = [("completions", "../x", None), ("trajectories", "s1", "../b"), ("trajectories", "s1", None),
-             ("nope", "s1", None)]
+BAD_PARTS = [("completions", "../x", None), ("sessions", "a/b", None), ("rewards", "s1", None), ("nope", "s1", None)]
 
 
 @pytest.mark.parametrize("table, sid, builder", BAD_PARTS)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
 import tomllib
@@ -19,9 +18,8 @@ from tracetap.store import (
     connect,
     read_task,
     read_tasks,
-    task_file,
+    save_task,
     write_session_table,
-    write_text_atomic,
 )
 from tracetap.store.paths import session_dir
 from tracetap.store.snapshot import snapshot, visible
@@ -44,11 +42,11 @@ def filled(root: Path) -> Path:
         w.record_completion(completion("b"))
         w.register_session("b", task_id="tb")
     for sid in ("a", "b"):
-        write_session_table(root, "trajectories", sid, [trace(1), trace(0)], "part-0.parquet", builder="per_request")
-        write_session_table(root, "rewards", sid, [{"evaluator": "e", "reward": 0.5}], "e.parquet")
-    write_session_table(root, "trajectories", "a", [trace(0, "prefix_merging")], "part-0.parquet",
+        write_session_table(root, "trajectories", sid, [trace(1), trace(0)], builder="per_request")
+        write_session_table(root, "rewards", sid, [{"evaluator": "e", "reward": 0.5}], evaluator="e")
+    write_session_table(root, "trajectories", "a", [trace(0, "prefix_merging")],
                         builder="prefix_merging")
-    write_session_table(root, "rewards", "a", [{"evaluator": "f", "reward": 1.0}], "f.parquet")
+    write_session_table(root, "rewards", "a", [{"evaluator": "f", "reward": 1.0}], evaluator="f")
     return root
 
 
@@ -92,11 +90,16 @@ def test_a_directory_that_is_no_store_is_a_clear_error(tmp_path):
         StoreReader(tmp_path)
 
 
-def test_task_files_read_back_by_task_id(root):
+def test_task_records_read_back_by_task_id(root):
     assert read_tasks(root) == {} and read_task(root, "t1") is None
-    write_text_atomic(task_file(root, "t1"), json.dumps({"request": {"task_id": "t1"}, "result": {}}))
-    assert read_tasks(root) == {"t1": {"request": {"task_id": "t1"}, "result": {}}}
-    assert read_task(root, "t1")["request"] == {"task_id": "t1"}
+    save_task(root, "t1", "running", {"task_id": "t1"}, {"status": "running"})
+    save_task(root, "t2", "running", {"task_id": "t2"}, {"status": "running"})
+    save_task(root, "t1", "completed", {"task_id": "t1"}, {"status": "completed"})  # replaces t1's row
+    assert read_tasks(root) == {"t1": {"request": {"task_id": "t1"}, "result": {"status": "completed"}},
+                                "t2": {"request": {"task_id": "t2"}, "result": {"status": "running"}}}
+    assert read_task(root, "t2")["result"] == {"status": "running"}
+    with pytest.raises(ValueError, match="task id"):
+        save_task(root, "../t", "running", {}, {})
 
 
 def test_a_connection_for_some_sessions_shows_only_them_in_every_view(filled):
@@ -110,7 +113,7 @@ def test_views_follow_a_table_from_no_files_to_some(root):
     StoreWriter(root).close()
     con = connect(root)
     assert con.execute("SELECT count(*) FROM trajectories").fetchone() == (0,)
-    write_session_table(root, "trajectories", "s", [trace(0)], "part-0.parquet", builder="per_request")
+    write_session_table(root, "trajectories", "s", [trace(0)], builder="per_request")
     assert con.execute("SELECT count(*) FROM trajectories").fetchone() == (1,)
 
 

@@ -1,6 +1,7 @@
+import polars
 import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
+from deltalake import DeltaTable
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from store_rows import snapshot
@@ -9,61 +10,72 @@ from tracetap.store.schema import STORED_COMPLETIONS
 from tracetap.store.tables import MAX_PLAIN_LIST, check_rows, rows_to_table
 
 
-def test_rewards_land_in_their_partition(tmp_path):
-    path = write_session_table(tmp_path, "rewards", "s1", [{"evaluator": "e", "reward": 0.5}], "e.parquet")
-    assert path == tmp_path / "rewards" / "session_id=s1" / "e.parquet"
+def delta_rows(root, table):
+    """The table's rows as deltalake itself reads them (no tracetap reader), by session id."""
+    return sorted(DeltaTable(str(root / table)).to_pyarrow_table().to_pylist(), key=lambda row: row["session_id"])
+
+
+def test_rewards_are_a_delta_table_other_engines_read(tmp_path):
+    write_session_table(tmp_path, "rewards", "s1", [{"evaluator": "e", "reward": 0.5}], evaluator="e")
     expected = {"session_id": "s1", "evaluator": "e", "reward": 0.5, "trace_rewards": None,
                 "details_json": None, "created_at": None}
-    assert pq.read_table(path).to_pylist() == [expected]
+    assert delta_rows(tmp_path, "rewards") == [expected]
+    assert polars.scan_delta(str(tmp_path / "rewards")).collect().to_dicts() == [expected]
 
 
 def test_trajectories_fill_session_and_builder(tmp_path):
     rows = [{"trace_index": i, "response_token_ids": [i]} for i in range(3)]
-    path = write_session_table(tmp_path, "trajectories", "s1", rows, "p.parquet", builder="prefix_merging")
-    assert path == tmp_path / "trajectories" / "builder=prefix_merging" / "session_id=s1" / "p.parquet"
-    table = pq.read_table(path)
-    assert set(table.column("builder").to_pylist()) == {"prefix_merging"}
-    assert table.column("trace_index").to_pylist() == [0, 1, 2]
+    write_session_table(tmp_path, "trajectories", "s1", rows, builder="prefix_merging")
+    stored = delta_rows(tmp_path, "trajectories")
+    assert {row["builder"] for row in stored} == {"prefix_merging"}
+    assert sorted(row["trace_index"] for row in stored) == [0, 1, 2]
+    assert (tmp_path / "trajectories" / "builder=prefix_merging").is_dir()  # partitioned by builder
 
 
-def test_rewrite_replaces_the_file(tmp_path):
+def test_a_rewrite_replaces_only_its_sessions_rows_of_its_key(tmp_path):
     for reward in (0.0, 1.0):
-        row = {"evaluator": "e", "reward": reward}
-        path = write_session_table(tmp_path, "rewards", "s1", [row], "e.parquet")
-    assert pq.read_table(path).column("reward").to_pylist() == [1.0]
+        write_session_table(tmp_path, "rewards", "s1", [{"evaluator": "e", "reward": reward}], evaluator="e")
+    write_session_table(tmp_path, "rewards", "s1", [{"reward": 0.25}], evaluator="f")
+    write_session_table(tmp_path, "rewards", "s2", [{"reward": 0.5}], evaluator="e")
+    stored = {(row["session_id"], row["evaluator"]): row["reward"] for row in delta_rows(tmp_path, "rewards")}
+    assert stored == {("s1", "e"): 1.0, ("s1", "f"): 0.25, ("s2", "e"): 0.5}
+    write_session_table(tmp_path, "rewards", "s1", [], evaluator="e")  # no rows: the session's e row goes
+    assert {(row["session_id"], row["evaluator"]) for row in delta_rows(tmp_path, "rewards")} == {
+        ("s1", "f"), ("s2", "e")}
 
 
 BAD = [
-    ("completions", "s1", [{}], "x.parquet", None, "rewards or trajectories"),
-    ("rewards", "../s", [{"evaluator": "e"}], "e.parquet", None, "session id"),
-    ("rewards", "s1", [{"evaluator": "e"}], "../e.parquet", None, "file name"),
-    ("rewards", "s1", [{"evaluator": "e"}], ".e.parquet", None, "file name"),
-    ("rewards", "s1", [{"evaluator": "e"}], "e.json", None, "file name"),
-    ("rewards", "s1", [{"session_id": "s2", "evaluator": "e"}], "e.parquet", None, "does not belong"),
-    ("rewards", "s1", [{"evaluator": "e", "score": 1}], "e.parquet", None, "unknown rewards column"),
-    ("rewards", "s1", [{"evaluator": "e", "reward": "high"}], "e.parquet", None, "column reward"),
-    ("rewards", "s1", [{"reward": 1.0}], "e.parquet", None, "evaluator must not be null"),
-    ("trajectories", "s1", [{"trace_index": 0}], "p.parquet", None, "builder"),
-    ("trajectories", "s1", [{"trace_index": 0}], "p.parquet", "a/b", "builder"),
-    ("trajectories", "s1", [{"trace_index": 0, "builder": "x"}], "p.parquet", "y", "does not belong"),
+    ("completions", "s1", [{}], {"builder": "b"}, "rewards of one evaluator"),
+    ("rewards", "../s", [{"evaluator": "e"}], {"evaluator": "e"}, "session id"),
+    ("rewards", "s1", [{"evaluator": "e"}], {"evaluator": "../e"}, "evaluator name"),
+    ("rewards", "s1", [{"evaluator": "e"}], {"evaluator": "e'; --"}, "evaluator name"),
+    ("rewards", "s1", [{"evaluator": "e"}], {}, "rewards of one evaluator"),
+    ("rewards", "s1", [{"session_id": "s2", "evaluator": "e"}], {"evaluator": "e"}, "does not belong"),
+    ("rewards", "s1", [{"evaluator": "f"}], {"evaluator": "e"}, "does not belong"),
+    ("rewards", "s1", [{"evaluator": "e", "score": 1}], {"evaluator": "e"}, "unknown rewards column"),
+    ("rewards", "s1", [{"evaluator": "e", "reward": "high"}], {"evaluator": "e"}, "column reward"),
+    ("trajectories", "s1", [{"trace_index": 0}], {}, "trajectories of one builder"),
+    ("trajectories", "s1", [{"trace_index": 0}], {"builder": "a/b"}, "builder"),
+    ("trajectories", "s1", [{"trace_index": 0, "builder": "x"}], {"builder": "y"}, "does not belong"),
 ]
 
 
-@pytest.mark.parametrize("table, sid, rows, filename, builder, error", BAD)
-def test_bad_input_writes_nothing(tmp_path, table, sid, rows, filename, builder, error):
+@pytest.mark.parametrize("table, sid, rows, key, error", BAD)
+def test_bad_input_writes_nothing(tmp_path, table, sid, rows, key, error):
     with pytest.raises(ValueError, match=error):
-        write_session_table(tmp_path, table, sid, rows, filename, builder=builder)
+        write_session_table(tmp_path, table, sid, rows, **key)
     assert snapshot(tmp_path) == {}
 
 
-def test_a_batch_of_sessions_is_checked_whole_before_any_file_is_written(tmp_path):
+def test_a_batch_of_sessions_is_checked_whole_before_anything_is_written(tmp_path):
     good, bad = ("s1", [{"trace_index": 0}]), ("s2", [{"trace_index": "first"}])
     with pytest.raises(ValueError, match="column trace_index"):
-        write_session_tables(tmp_path, "trajectories", [good, bad], "p.parquet", builder="b")
+        write_session_tables(tmp_path, "trajectories", [good, bad], builder="b")
     assert snapshot(tmp_path) == {}
-    paths = write_session_tables(tmp_path, "trajectories", [good, ("s2", [])], "p.parquet", builder="b")
-    assert [pq.read_table(path).num_rows for path in paths] == [1, 0]
-    assert paths[1] == tmp_path / "trajectories" / "builder=b" / "session_id=s2" / "p.parquet"
+    write_session_tables(tmp_path, "trajectories", [good, ("s2", [{"trace_index": 0}])], builder="b")
+    write_session_tables(tmp_path, "trajectories", [good, ("s2", [])], builder="b")
+    assert [row["session_id"] for row in delta_rows(tmp_path, "trajectories")] == ["s1"]
+    assert DeltaTable(str(tmp_path / "trajectories")).version() == 2  # one commit per batch
 
 
 def test_rows_to_table_fills_missing_columns_with_null():

@@ -25,7 +25,7 @@ def test_open_creates_layout_and_version(root):
     with StoreWriter(root):
         pass
     assert (root / "VERSION").read_text().strip() == str(SCHEMA_VERSION)
-    assert {"completions", "sessions", "rewards", "trajectories"} <= {p.name for p in root.iterdir()}
+    assert {"completions", "sessions"} <= {p.name for p in root.iterdir()}
 
 
 def test_newer_store_is_refused(root):

@@ -42,7 +42,7 @@ def test_demo_summary_matches_store(tmp_path):
     assert rewards(out) == REWARDS
     assert summary["solved_sessions"] == 2
     # the task went through the rollout server: its result persisted, the callback received
-    task = json.loads((out / "store" / "rollouts" / "task_id=fix-calc" / "task.json").read_text())
+    task = store.read_task(out / "store", "fix-calc")
     assert task["result"]["status"] == "completed" and len(task["result"]["results"]) == 3
     callbacks = json.loads((out / "callbacks.json").read_text())
     assert len(callbacks) == 1 and sorted(r["session_id"] for r in callbacks[0]["results"]) == sorted(

@@ -41,7 +41,7 @@ def command(store: Path, spec: str, config: dict, session_ids: tuple[str, ...], 
             workspace_root: Path | None, timeout: float, as_json: bool) -> None:
     """Score sessions with an evaluator; results go to the store's rewards.
 
-    Each session's result is written to rewards/session_id=<sid>/<evaluator>.parquet.
+    Each session's result replaces its row of the evaluator in the rewards table.
 
     A failing evaluation is recorded (reward null, the error in details) and reported here.
 

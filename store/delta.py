@@ -1,0 +1,139 @@
+"""The store's Delta Lake tables (deltalake): where each lives, how it is written, read at one version.
+
+Delta gives what a store shared by many writers needs of a table format, so tracetap does not carry its
+own: atomic commits from several processes (on the local disk, and on S3 with conditional PUTs), reads
+of one committed version, time travel, a history of what wrote each version, and vacuum. Any engine
+that reads Delta reads these tables (Polars `scan_delta`, deltalake, DuckDB through Arrow, Spark).
+
+Writers replace rows by key in one commit (a predicate overwrite: a builder's traces of some sessions,
+an evaluator's rewards of some sessions, one task's record), so writers of different keys never undo
+each other's rows: deltalake detects a concurrent commit that touched the same files and retries.
+Every commit names its writer in its metadata (`tracetap.writer`), which `tracetap history` shows.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+from datetime import datetime
+from typing import TYPE_CHECKING
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from tracetap.store.location import ObjectPath, StorePath, store_path
+from tracetap.store.paths import SESSION_ID_PATTERN
+from tracetap.store.schema import STORED_TABLES
+
+if TYPE_CHECKING:
+    from deltalake import DeltaTable
+
+DELTA_TABLES: dict[str, tuple[str, ...]] = {"rewards": (), "trajectories": ("builder",), "rollouts": ()}
+DELTA_PROTOCOLS = ("s3", "s3a", "gs", "az", "abfs", "abfss")  # object stores deltalake commits to
+WRITER_KEY = "tracetap.writer"  # commit metadata naming what wrote a version (a command, a gateway)
+AsOf = int | datetime  # a table version, or a moment: the version current then
+
+
+def table_uri(root: StorePath | str, table: str) -> str:
+    """Where `table` lives: a directory of the store, or its prefix on an object store."""
+    if table not in DELTA_TABLES:
+        raise ValueError(f"unknown Delta table {table!r}; tables: {', '.join(DELTA_TABLES)}")
+    return str(store_path(root) / table)
+
+
+def table_layout(table: str) -> str:
+    """How `table` is kept, in a sentence for the docs."""
+    if table not in DELTA_TABLES:
+        return (f"Per-session Parquet files under `{table}/session_id=<sid>/`"
+                + (" plus the group-commit log (`log/`)." if table == "completions" else "."))
+    partitions = DELTA_TABLES[table]
+    by = f", partitioned by {', '.join(partitions)}" if partitions else ""
+    return f"A Delta table at `{table}/`{by}: every write is one commit; `tracetap history` lists them."
+
+
+def storage_options(root: StorePath | str) -> dict[str, str] | None:
+    """deltalake's options for an object store: commits by conditional PUT (S3 keeps two writers from
+    taking one version), plain HTTP only for an http:// endpoint (a local test server). Credentials and
+    the endpoint come from the environment (AWS_*), never from the store."""
+    if not isinstance(store_path(root), ObjectPath):
+        return None
+    options = {"conditional_put": "etag"}
+    if os.environ.get("AWS_ENDPOINT_URL", "").startswith("http://"):
+        options["AWS_ALLOW_HTTP"] = "true"
+    return options
+
+
+def storage_schema(table: str) -> pa.Schema:
+    return pa.schema([field.remove_metadata() for field in STORED_TABLES[table]])
+
+
+def open_table(root: StorePath | str, table: str, as_of: AsOf | None = None) -> DeltaTable | None:
+    """`table` at its latest version (or as of a version or a moment); None when it was never written."""
+    from deltalake import DeltaTable
+
+    uri, options = table_uri(root, table), storage_options(root)
+    if not _supported(root) or not DeltaTable.is_deltatable(uri, options):
+        return None
+    delta = DeltaTable(uri, storage_options=options, version=as_of if isinstance(as_of, int) else None)
+    if isinstance(as_of, datetime):
+        delta.load_as_version(as_of)
+    return delta
+
+
+def _supported(root: StorePath | str) -> bool:
+    """Whether deltalake can hold tables there: the local disk or an object store it commits to (another
+    fsspec filesystem, such as `memory://`, holds the log and the per-session files only)."""
+    root = store_path(root)
+    return not isinstance(root, ObjectPath) or root.protocol in DELTA_PROTOCOLS
+
+
+def _ensure(root: StorePath, table: str, writer: str) -> None:
+    """Create `table` empty when it does not exist yet (two writers racing to create it both succeed)."""
+    from deltalake import CommitProperties, DeltaTable
+
+    if not _supported(root):
+        raise ValueError(f"{root} cannot hold Delta tables: use a local path or one of "
+                         f"{', '.join(p + '://' for p in DELTA_PROTOCOLS)}")
+
+    uri, options = table_uri(root, table), storage_options(root)
+    if DeltaTable.is_deltatable(uri, options):
+        return
+    try:
+        DeltaTable.create(uri, storage_schema(table), partition_by=list(DELTA_TABLES[table]) or None,
+                          mode="ignore", storage_options=options,
+                          commit_properties=CommitProperties(custom_metadata={WRITER_KEY: writer}))
+    except Exception:
+        if not DeltaTable.is_deltatable(uri, options):
+            raise  # not the other writer's create winning: a real failure
+
+
+def replace(root: StorePath | str, table: str, rows: pa.Table, where: str, writer: str) -> None:
+    """One commit: the rows matching `where` (SQL over the table's columns) become `rows`."""
+    from deltalake import CommitProperties, write_deltalake
+
+    root = store_path(root)
+    _ensure(root, table, writer)
+    write_deltalake(table_uri(root, table), rows.cast(storage_schema(table)), mode="overwrite", predicate=where,
+                    storage_options=storage_options(root),
+                    commit_properties=CommitProperties(custom_metadata={WRITER_KEY: writer}))
+
+
+def read(delta: DeltaTable | None, table: str, where: pc.Expression | None = None,
+         columns: list[str] | None = None) -> pa.Table:
+    """The rows of one version of `table` (matching `where`; all columns or `columns`) with the store's
+    types; none without a table."""
+    target = storage_schema(table)
+    if columns is not None:
+        target = pa.schema([target.field(name) for name in columns])
+    if delta is None:
+        return target.empty_table()
+    return delta.to_pyarrow_dataset().to_table(columns=target.names, filter=where).cast(target)
+
+
+def sql_in(column: str, values: Iterable[str]) -> str:
+    """`column IN ('a', 'b')` for checked ids (they match SESSION_ID_PATTERN: no quote can occur)."""
+    checked = []
+    for value in values:
+        if not SESSION_ID_PATTERN.fullmatch(value):
+            raise ValueError(f"invalid id {value!r} in a table predicate")
+        checked.append(f"'{value}'")
+    return f"{column} IN ({', '.join(checked)})" if checked else "false"
