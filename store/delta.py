@@ -14,6 +14,8 @@ Every commit names its writer in its metadata (`tracetap.writer`), which `tracet
 from __future__ import annotations
 
 import os
+import random
+import time
 from collections.abc import Iterable
 from datetime import datetime
 from typing import TYPE_CHECKING
@@ -30,6 +32,8 @@ if TYPE_CHECKING:
 DELTA_TABLES: dict[str, tuple[str, ...]] = {"rewards": (), "trajectories": ("builder",), "rollouts": ()}
 DELTA_PROTOCOLS = ("s3", "s3a", "gs", "az", "abfs", "abfss")  # object stores deltalake commits to
 WRITER_KEY = "tracetap.writer"  # commit metadata naming what wrote a version (a command, a gateway)
+COMMIT_ATTEMPTS = 30  # a write racing others commits again on the new version, this many times at most
+FIRST_BACKOFF, MAX_BACKOFF = 0.01, 1.0  # seconds: the random pause before a retry is at most this, doubled each time
 AsOf = int | datetime  # a table version, or a moment: the version current then
 
 
@@ -107,14 +111,24 @@ def _ensure(root: StorePath, table: str, writer: str) -> None:
 
 
 def replace(root: StorePath | str, table: str, rows: pa.Table, where: str, writer: str) -> None:
-    """One commit: the rows matching `where` (SQL over the table's columns) become `rows`."""
+    """One commit: the rows matching `where` (SQL over the table's columns) become `rows`. A commit that
+    lost a race to another writer's (deltalake's CommitFailedError: it added files the predicate may
+    match) is run again on the new version: replacing a key's rows is the same write whenever it lands."""
     from deltalake import CommitProperties, write_deltalake
+    from deltalake.exceptions import CommitFailedError
 
     root = store_path(root)
     _ensure(root, table, writer)
-    write_deltalake(table_uri(root, table), rows.cast(storage_schema(table)), mode="overwrite", predicate=where,
-                    storage_options=storage_options(root),
-                    commit_properties=CommitProperties(custom_metadata={WRITER_KEY: writer}))
+    data, properties = rows.cast(storage_schema(table)), CommitProperties(custom_metadata={WRITER_KEY: writer})
+    for attempt in range(COMMIT_ATTEMPTS):
+        try:
+            write_deltalake(table_uri(root, table), data, mode="overwrite", predicate=where,
+                            storage_options=storage_options(root), commit_properties=properties)
+            return
+        except CommitFailedError:
+            if attempt == COMMIT_ATTEMPTS - 1:
+                raise
+            time.sleep(random.uniform(0, min(MAX_BACKOFF, FIRST_BACKOFF * 2**attempt)))  # writers spread out
 
 
 def read(delta: DeltaTable | None, table: str, where: pc.Expression | None = None,

@@ -17,14 +17,17 @@ from tracetap.store import StoreReader, StoreWriter, connect, read_tasks
 WRITERS, SESSIONS = 4, 12
 WRITER = textwrap.dedent("""
     import sys
-    from tracetap.store import save_task, write_session_table
+    from tracetap.store import save_task, write_session_table, write_session_tables
     root, writer, sessions = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
     for n in range(sessions):
         sid = f"w{writer}-s{n:02d}"
         for reward in (0.0, float(n)):  # the second write replaces the first
             write_session_table(root, "rewards", sid, [{"reward": reward}], evaluator="e", writer=f"w{writer}")
         traces = [{"trace_index": i, "response_token_ids": [writer, n, i]} for i in range(2)]
-        write_session_table(root, "trajectories", sid, traces, builder="b", writer=f"w{writer}")
+        # with a session named "a..." and one "z...", every commit's file spans every writer's ids: each
+        # concurrent commit may hold rows the others replace, so deltalake refuses the later ones
+        batch = [(f"a-{sid}", traces), (f"z-{sid}", traces)]
+        write_session_tables(root, "trajectories", batch, builder="b", writer=f"w{writer}")
         save_task(root, f"task-{writer}", "running", {"task_id": f"task-{writer}"}, {"done": n + 1})
 """)
 
@@ -40,9 +43,11 @@ def test_writers_in_several_processes_lose_no_row_and_double_none(tmp_path):
     rewards = StoreReader(root).rewards("e")
     assert len(rewards) == WRITERS * SESSIONS and {(r["session_id"], r["reward"]) for r in rewards} == expected
     traces = DeltaTable(str(root / "trajectories")).to_pyarrow_table()
-    assert traces.num_rows == 2 * WRITERS * SESSIONS
-    assert {tuple(ids) for ids in traces.column("response_token_ids").to_pylist()} == {
-        (w, n, i) for w in range(WRITERS) for n in range(SESSIONS) for i in range(2)}
+    assert traces.num_rows == 4 * WRITERS * SESSIONS
+    assert sorted(zip(traces.column("session_id").to_pylist(), traces.column("response_token_ids").to_pylist(),
+                      strict=True)) == sorted(
+        (f"{end}-w{w}-s{n:02d}", [w, n, i]) for end in "az" for w in range(WRITERS) for n in range(SESSIONS)
+        for i in range(2))
     assert {task: record["result"]["done"] for task, record in read_tasks(root).items()} == {
         f"task-{w}": SESSIONS for w in range(WRITERS)}
 
