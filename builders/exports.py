@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Collection, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from tracetap.builders import export_rows as rows_
@@ -40,6 +40,7 @@ class ExportSummary:
     error_traces: int = 0
     not_trainable_traces: int = 0
     unrewarded_traces: int = 0
+    table_versions: dict[str, int | None] = field(default_factory=dict)  # the Delta table versions it read
 
 
 def trajectory_sessions(root: StorePath | str, builder: str) -> list[str]:
@@ -146,7 +147,7 @@ def export(root: StorePath | str, builder: str, fmt: str, out: Path | str, *, ma
     if not sessions:
         raise ExportError(f"no trajectories of builder {builder!r} in {root}; run `tracetap build` first")
     target = _Atif(out, force, reader, builder, evaluator) if fmt == "atif" else _Rows(fmt, out, force)
-    summary = ExportSummary(fmt, str(out))
+    summary = ExportSummary(fmt, str(out), table_versions=reader.versions())
     try:
         for info, traces in _sessions(reader, builder, sessions, evaluator):
             rows = _fit(summary, [rows_.canonical_row(t, info, evaluator) for t in traces], max_tokens)

@@ -10,7 +10,7 @@ token columns stay columnar); small per-session rows (sessions, rewards, tasks) 
 from __future__ import annotations
 
 from collections.abc import Callable, Collection
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -26,6 +26,9 @@ from tracetap.store.paths import validate_name, validate_session_id
 from tracetap.store.reading import read_completions, retrying
 from tracetap.store.schema import SESSIONS
 from tracetap.store.snapshot import partitions, snapshot
+
+if TYPE_CHECKING:
+    from deltalake import DeltaTable
 
 
 def _ids(session_ids: Collection[str] | None) -> list[str] | None:
@@ -59,13 +62,30 @@ class Reader(Protocol):
     def connect(self, decode: Callable[[list[int]], str] | None = None,
                 session_ids: Collection[str] | None = None) -> StoreConnection: ...
     def recorded(self, session_id: str) -> bool: ...
+    def versions(self) -> dict[str, int | None]: ...
 
 
 class StoreReader:
-    """Read-only access to one store (checked to be a tracetap store when made)."""
+    """Read-only access to one store (checked to be a tracetap store when made).
+
+    A reader reads each Delta table (store/delta.py) at one version: the latest when it first reads the
+    table, so everything it answers from that table is one snapshot, whatever writers commit meanwhile."""
 
     def __init__(self, root: StorePath | str) -> None:
         self.root = check_store(root)
+        self._pinned: dict[str, DeltaTable | None] = {}
+
+    def _version(self, table: str) -> DeltaTable | None:
+        """The version of `table` this reader reads (None: the table has no commit yet)."""
+        if table not in self._pinned:
+            self._pinned[table] = open_table(self.root, table)
+        return self._pinned[table]
+
+    def versions(self) -> dict[str, int | None]:
+        """The version this reader reads of each Delta table (pinned now for those not read yet; None for a
+        table never written): what a dataset built from its answers needs to be rebuilt exactly."""
+        return {table: None if (delta := self._version(table)) is None else delta.version()
+                for table in DELTA_TABLES}
 
     def session_ids(self) -> list[str]:
         """Ids of the sessions with recorded completions, sorted."""
@@ -74,7 +94,7 @@ class StoreReader:
     def files(self, table: str) -> list[str]:
         """The Parquet files a reader of `table` reads now, for tools that scan them directly."""
         if table in DELTA_TABLES:
-            delta = open_table(self.root, table)
+            delta = self._version(table)
             return [] if delta is None else delta.file_uris()
         return snapshot(self.root, [table]).files(table)
 
@@ -97,8 +117,8 @@ class StoreReader:
         return retrying(read).to_pylist()
 
     def _delta(self, table: str, where: pc.Expression | None, columns: list[str] | None = None) -> pa.Table:
-        """Rows of the latest version of a Delta table (store/delta.py)."""
-        return read_delta(open_table(self.root, table), table, where, columns)
+        """Rows of the version of a Delta table this reader reads."""
+        return read_delta(self._version(table), table, where, columns)
 
     def session(self, session_id: str) -> dict | None:
         """One session's row, or None when the store has none for it."""

@@ -164,3 +164,14 @@ def test_every_store_module_is_banned_outside_store():
     banned = config["tool"]["ruff"]["lint"]["flake8-tidy-imports"]["banned-api"]
     modules = {f"tracetap.store.{path.stem}" for path in (PROJECT / "store").glob("*.py") if path.stem != "__init__"}
     assert modules <= set(banned), sorted(modules - set(banned))
+
+
+def test_a_reader_reads_each_delta_table_at_one_version(filled):
+    reader = StoreReader(filled)
+    before = reader.trajectories("per_request").to_pylist()
+    versions = reader.versions()
+    write_session_table(filled, "trajectories", "a", [], builder="per_request")  # another writer commits
+    assert reader.trajectories("per_request").to_pylist() == before and reader.versions() == versions
+    fresh = StoreReader(filled)
+    assert fresh.trajectory_session_ids("per_request") == ["b"]
+    assert fresh.versions()["trajectories"] == versions["trajectories"] + 1

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
 from click.testing import CliRunner
+from deltalake import DeltaTable
 from sample_store import TRAJECTORIES, make_store
 
 from tracetap.cli import cli
@@ -33,6 +35,8 @@ def test_parquet_with_rewards_and_budget(store, tmp_path):
     assert (summary["sessions"], summary["traces"], summary["dropped_over_budget"], summary["clipped"]) == (
         3, TRACES, 1, 1)
     assert pq.read_table(out).num_rows == summary["written"] == TRACES - 1
+    versions = {table: DeltaTable(str(Path(store) / table)).version() for table in ("trajectories", "rewards")}
+    assert {t: summary["table_versions"][t] for t in versions} == versions  # what a rebuild pins
 
 
 def test_atif_directory_and_text_summary(store, tmp_path):
