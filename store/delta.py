@@ -22,9 +22,10 @@ from typing import TYPE_CHECKING
 
 import pyarrow as pa
 import pyarrow.compute as pc
+from tracetap.store.files import outdated, read_version
 from tracetap.store.location import ObjectPath, StorePath, store_path
 from tracetap.store.paths import SESSION_ID_PATTERN
-from tracetap.store.schema import STORED_TABLES
+from tracetap.store.schema import SCHEMA_VERSION, STORED_TABLES
 
 if TYPE_CHECKING:
     from deltalake import DeltaTable
@@ -101,6 +102,9 @@ def _ensure(root: StorePath, table: str, writer: str) -> None:
     uri, options = table_uri(root, table), storage_options(root)
     if DeltaTable.is_deltatable(uri, options):
         return
+    version = read_version(root)
+    if version is not None and version < SCHEMA_VERSION:  # its table is still a tree of files, which
+        raise outdated(root, version)  # a Delta table beside it would split (migrate_tables.py)
     try:
         DeltaTable.create(uri, storage_schema(table), partition_by=list(DELTA_TABLES[table]) or None,
                           mode="ignore", storage_options=options,

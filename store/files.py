@@ -108,11 +108,23 @@ def read_version(root: StorePath) -> int | None:
     return version
 
 
-def check_store(root: StorePath | str) -> StorePath:
-    """The store at `root` (a directory or an object store URL), or a StoreError saying why it cannot be read."""
+def check_store(root: StorePath | str, *, older: bool = False) -> StorePath:
+    """The store at `root` (a directory or an object store URL), or a StoreError saying why it cannot be read.
+
+    A store of an older schema version is refused unless `older` (for `tracetap migrate`, which rewrites
+    it): its tables are laid out otherwise, so a reader would miss or misread their rows."""
     root = store_path(root)
     if not is_dir(root):
         raise StoreError(f"store {root} does not exist")
-    if read_version(root) is None:
+    version = read_version(root)
+    if version is None:
         raise StoreError(f"{root} is not a tracetap store (no {VERSION_FILE} file)")
+    if version < SCHEMA_VERSION and not older:
+        raise outdated(root, version)
     return root
+
+
+def outdated(root: StorePath, version: int) -> StoreError:
+    """The error readers and writers give for a store of an older schema version: how to bring it up to date."""
+    return StoreError(f"store {root} has schema version {version}: run `tracetap migrate --store {root}` to "
+                      f"rewrite it in version {SCHEMA_VERSION} before using it")

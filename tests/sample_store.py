@@ -91,11 +91,10 @@ def make_store(root: Path, *, trajectories: bool = True, rewards: bool = True) -
             for n, row in enumerate(COMPLETIONS[sid]):
                 writer.record_completion({**row, "session_id": sid, "task_id": spec["task_id"],
                                           "completion_id": f"{sid}-{n}"})
-    as_form(root)
     for sid, traces in TRAJECTORIES.items() if trajectories else ():
         write_session_table(root, "trajectories", sid, traces, builder="prefix_merging")
     for sid, reward in REWARDS.items() if rewards else ():
         row = {"evaluator": "session_completed", "reward": reward["reward"],
                "details_json": json.dumps(reward["details"])}
         write_session_table(root, "rewards", sid, [row], evaluator="session_completed")
-    return root
+    return as_form(root)  # the store-form runs migrate these tables too

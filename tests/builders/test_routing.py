@@ -16,7 +16,6 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from session_shapes import play, turns
-from store_forms import store_form
 from toychat import Conversation
 from tracestore import write_store
 from tracetap.builders import merge_session
@@ -86,8 +85,7 @@ def test_a_linear_session_is_routed_without_materializing_a_prompt():
     calls = prepare(compact).calls
     (segment,) = Router(calls, eot=2).route()
     assert [turn.call.seq for turn in segment.turns] == [call.seq for call in calls]
-    if store_form() != "v1":  # a v1 store read as is has no references: every call is compared
-        assert [call.seq for call in calls if "prompt" in call.__dict__] == [calls[0].seq]  # the trace's prompt
+    assert [call.seq for call in calls if "prompt" in call.__dict__] == [calls[0].seq]  # the trace's prompt
 
 
 def test_identical_agents_are_compared_where_a_reference_names_one_of_two_equal_tips():

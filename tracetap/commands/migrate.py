@@ -8,25 +8,27 @@ from pathlib import Path
 
 import click
 
-from tracetap.common import store_option
-from tracetap.store import StoreError, migrate_store
+from tracetap.common import STORE
+from tracetap.store import Migration, StoreError, migrate_store
 
 
 @click.command()
-@store_option
+@click.option("--store", required=True, type=STORE, help="Store directory (of any schema version up to this "
+              "tracetap's; other commands refuse an older one until it is migrated).")
 @click.option("--dry-run", is_flag=True, help="Only count what would be rewritten.")
 @click.option("--json", "json_", is_flag=True, help="Print the counts as JSON.")
 def command(store: Path, dry_run: bool, json_: bool) -> None:
-    """Rewrite the store's sessions in the current schema version, one session at a time.
+    """Rewrite the store in the current schema version: each session's completions, then the rewards,
+    trajectories and rollouts tables as Delta tables.
 
-    Each session is switched atomically; an interrupted run leaves a readable store and is finished
-    by running the command again. Stop the store's gateway first.
+    Each session and each table is switched atomically; an interrupted run is finished by running the
+    command again. Stop the store's gateway first.
 
     Example: tracetap migrate --store ./store --dry-run
     """
-    def progress(sid: str, rows: int) -> None:
+    def progress(what: str, rows: int) -> None:
         if not json_:
-            click.echo(f"{sid}: {'would rewrite' if dry_run else 'rewrote'} {rows} row(s)")
+            click.echo(f"{what}: {'would rewrite' if dry_run else 'rewrote'} {rows} row(s)")
 
     try:
         report = migrate_store(store, dry_run=dry_run, progress=progress)
@@ -35,6 +37,13 @@ def command(store: Path, dry_run: bool, json_: bool) -> None:
     if json_:
         click.echo(json.dumps({**asdict(report), "dry_run": dry_run}))
         return
+    click.echo(summary(report, dry_run))
+
+
+def summary(report: Migration, dry_run: bool) -> str:
+    """The closing line: sessions rewritten, then rows and files of each table switched to Delta."""
     verb = "would migrate" if dry_run else "migrated"
-    click.echo(f"{verb} {report.sessions} session(s), {report.rows} row(s) in {report.files} file(s) "
-               f"from schema version {report.from_version}; {report.current} session(s) already current")
+    tables = "".join(f"; {table}: {rows} row(s) from {report.table_files[table]} file(s)"
+                     for table, rows in report.tables.items())
+    return (f"{verb} {report.sessions} session(s), {report.rows} row(s) in {report.files} file(s) from schema "
+            f"version {report.from_version}; {report.current} session(s) already current{tables}")
