@@ -122,7 +122,7 @@ def _size(paths) -> int:
 
 def trace_counts(root: Path, builder: str) -> dict:
     """Traces, tokens in them (prompt + response) and loss-mask-1 tokens, as stored."""
-    files = sorted(root.glob(f"trajectories/builder={builder}/session_id=*/*.parquet"))
+    files = [Path(uri) for uri in StoreReader(root).files("trajectories") if f"/builder={builder}/" in uri]
     traces, tokens, trained = _query(TRACES_SQL, [str(path) for path in files])
     return {"traces": traces, "trace_tokens": int(tokens), "loss_tokens": int(trained),
             "output_bytes": _size(files)}

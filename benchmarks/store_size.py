@@ -6,8 +6,9 @@ For each first-request size (Claude Code's ~20k tokens, Codex's ~9k, pi's ~1.3k)
 writes one linear agent session through the real StoreWriter: every turn samples ~30% of `--new`
 tokens and gets a tool result with the rest, and the next request repeats the whole conversation
 (Anthropic-shaped `request_json`, Chat-shaped `chat_request_json`, with the text of every token).
-Measured after `close_session`, i.e. the compacted part file. The floor is 4 B per unique token id
-(the last call's prompt + sampled ids), 4 B per sampled logprob and the conversation's text once
+Measured after `close_session`, i.e. the compacted part file, and once the writer has closed, every
+file of the store (the part, the session row, and whatever the group-commit log still holds). The floor is
+4 B per unique token id (the last call's prompt + sampled ids), 4 B per sampled logprob and the conversation's text once
 (UTF-8). Also reports the median time of one `record_completion` (compact encoding and the fsync'd
 per-call file), the same part written with snappy instead of zstd, and the full form (every call
 storing its whole prompt ids and bodies, as schema version 1 did, snappy) for comparison.
@@ -45,6 +46,9 @@ class Result:
     snappy_bytes: int
     full_bytes: int
     record_ms: float  # median time of one record_completion (compact encoding + fsync'd file)
+    at_rest_bytes: int  # every file of the store once its writer closed: parts, session row, what the log kept
+    log_bytes: int  # the log's segment just before close_session: what a writer that kept its live segment
+    # until it filled (64 MiB) left at rest on top of the part, as tracetap did before schema version 3
 
     @property
     def ratio(self) -> float:
@@ -119,6 +123,7 @@ def measure(first_tokens: int, turns: int, new_tokens: int, seed: int = 0) -> Re
                 full_writer.write_table(full)
             if full_writer is not None:
                 full_writer.close()
+            log_bytes = sum(path.stat().st_size for path in (root / "log").glob("*.jsonl"))
             writer.close_session(sid)
         [part] = session_dir(root, "completions", sid).glob("part-*.parquet")
         snappy = Path(tmp, "snappy.parquet")
@@ -126,8 +131,9 @@ def measure(first_tokens: int, turns: int, new_tokens: int, seed: int = 0) -> Re
         assert StoreReader(root).completions(sid, ["seq"]).num_rows == turns
         floor = 4 * (len(conversation.ids) - new_tokens + int(new_tokens * SAMPLED_SHARE)) \
             + 4 * conversation.logprobs + conversation.text_bytes
+        at_rest = sum(path.stat().st_size for path in root.rglob("*") if path.is_file())
         return Result(first_tokens, turns, floor, part.stat().st_size, snappy.stat().st_size,
-                      full_path.stat().st_size, 1000 * statistics.median(times))
+                      full_path.stat().st_size, 1000 * statistics.median(times), at_rest, log_bytes)
 
 
 def _mb(n: int) -> str:
@@ -135,10 +141,11 @@ def _mb(n: int) -> str:
 
 
 def table(results: list[Result]) -> str:
-    lines = ["| first request | turns | floor MB | stored MB (zstd) | ratio | snappy ratio | full form MB | "
-             "full ratio | record ms |", "|---|---|---|---|---|---|---|---|---|"]
+    lines = ["| first request | turns | floor MB | stored MB (zstd) | ratio | store at rest MB | at-rest ratio | "
+             "snappy ratio | full form MB | full ratio | record ms |", "|---|---|---|---|---|---|---|---|---|---|---|"]
     lines += [f"| ~{r.first_tokens:,} | {r.turns} | {_mb(r.floor_bytes)} | {_mb(r.stored_bytes)} | "
-              f"{r.ratio:.2f}x | {r.snappy_bytes / r.floor_bytes:.2f}x | {_mb(r.full_bytes)} | "
+              f"{r.ratio:.2f}x | {_mb(r.at_rest_bytes)} | {r.at_rest_bytes / r.floor_bytes:.2f}x | "
+              f"{r.snappy_bytes / r.floor_bytes:.2f}x | {_mb(r.full_bytes)} | "
               f"{r.full_bytes / r.floor_bytes:.1f}x | {r.record_ms:.1f} |" for r in results]
     return "\n".join(lines)
 

@@ -37,9 +37,8 @@ READ_COLUMNS = ["session_id", "seq", "completion_id", "task_id", "status", "http
                 "finish_reason", "tool_calls", "chat_response_json", "policy_version", "metadata_json"]
 NUMPY_COLUMNS = {"prompt_suffix_ids": np.int32, "completion_token_ids": np.int32, "logprobs": np.float32}
 BUILD_THREADS = 2  # batches in flight: ~1.5x faster prefix_merging on 2 cores (benchmarks/build.py)
-READ_BATCH = 8  # sessions read together: one store listing per batch, not per session and table
-COMMIT_BATCH = 64  # sessions whose traces share one trajectories commit (a commit costs tens of ms, whatever
-# its size: one per READ_BATCH added ~20 s to a 2,000-session build)
+READ_BATCH = 8  # sessions read and committed together: one listing and one trajectories commit per batch
+# (a batch's traces are in memory at once: per_request's 64-session batches peaked at 2 GB RSS)
 PROCESS_MIN_SESSIONS = 128  # fewer sessions build faster in process than a worker takes to start (~0.4 s)
 MAX_WORKERS = 8
 BUILDERS: dict[str, Builder] = {
@@ -160,7 +159,7 @@ def build(store_root: StorePath | str, builder: str, session_ids: Iterable[str] 
     summary = BuildSummary(builder)
     pool = _executor(workers, decode)
     try:
-        batches = [wanted[start:start + COMMIT_BATCH] for start in range(0, len(wanted), COMMIT_BATCH)]
+        batches = [wanted[start:start + READ_BATCH] for start in range(0, len(wanted), READ_BATCH)]
         results = pool.map(partial(_build_batch, reader.root, builder, eot_id, decode), batches)
         for batch, stats in zip(batches, results, strict=True):
             for sid, session_stats in zip(batch, stats, strict=True):
@@ -194,12 +193,9 @@ def _wanted(reader: Reader, session_ids: Iterable[str] | None) -> list[str]:
 
 def _build_batch(root: StorePath, builder: str, eot_id: int | None, decode: Decode | None,
                  session_ids: list[str]) -> list[dict]:
-    """Build some sessions' traces (READ_BATCH sessions read at a time) and commit them at once; returns
-    their stats. Runs in a worker process too."""
-    reader = StoreReader(root)
+    """Build a few sessions' traces and commit them at once; returns their stats. Runs in a worker process too."""
     built = [BUILDERS[builder](rows, eot_id=eot_id, session=session, decode=decode)
-             for start in range(0, len(session_ids), READ_BATCH)
-             for rows, session in load_batch(reader, session_ids[start:start + READ_BATCH])]
+             for rows, session in load_batch(StoreReader(root), session_ids)]
     traces = [(sid, session_traces) for sid, (session_traces, _) in zip(session_ids, built, strict=True)]
     write_session_tables(root, "trajectories", traces, builder=builder, writer="tracetap build")
     return [stats for _, stats in built]

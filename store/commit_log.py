@@ -151,6 +151,19 @@ class CommitLog:
         self._commit(batch)
         return True
 
+    def retire_live(self) -> None:
+        """Close the live segment now (the next batch starts a new one), between batches: a segment whose
+        rows parts all cover can then be deleted instead of waiting to fill up."""
+        with self._cond:
+            self._cond.wait_for(lambda: not self._writing)
+            self._writing = True  # no batch starts while the segment changes
+        try:
+            self._retire()
+        finally:
+            with self._cond:
+                self._writing = False
+                self._cond.notify_all()
+
     def close(self) -> None:
         """Write what is queued, then stop the committer and close the segment."""
         with self._cond:

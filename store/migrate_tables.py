@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 from collections.abc import Iterator
 from datetime import UTC, datetime
@@ -25,7 +26,7 @@ from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
-from tracetap.store.delta import DELTA_TABLES, WRITER_KEY, storage_schema, table_uri
+from tracetap.store.delta import DELTA_TABLES, TABLE_CONFIGURATION, WRITER_KEY, storage_schema, table_uri
 from tracetap.store.files import StoreError, read_parquet
 from tracetap.store.location import fsync_dir
 from tracetap.store.paths import validate_name
@@ -34,6 +35,7 @@ from tracetap.store.tables import rows_to_table
 
 OLD_FILES = {"rewards": "session_id=*/*.parquet", "trajectories": "builder=*/session_id=*/*.parquet",
              "rollouts": "task_id=*/task.json"}  # each table's data files in the old layout, as globs
+DELTA_FILE = re.compile(r"part-\d{5}-[0-9a-f-]{36}-c\d{3}(\.[a-z0-9]+)?\.parquet")  # deltalake's data file names
 WRITER = "tracetap migrate"  # the Delta commit's writer (`tracetap history`)
 
 
@@ -55,7 +57,7 @@ def pending(root: Path, table: str) -> Path | None:
         return None
     if not (directory / "_delta_log").exists():
         return directory
-    if old_files(directory, table):  # old names never clash with a Delta table's own files
+    if old_files(directory, table):  # files deltalake did not name: the old layout
         raise StoreError(f"{directory} holds both a Delta table and files of the old layout (a newer tracetap "
                          "wrote into the store before it was migrated): migrate cannot tell which rows are current; "
                          "move one of them out of the store first")
@@ -63,8 +65,10 @@ def pending(root: Path, table: str) -> Path | None:
 
 
 def old_files(directory: Path, table: str) -> list[Path]:
-    """The data files of an old-layout tree (hidden and temp names skipped: no reader ever saw them)."""
-    return sorted(path for path in directory.glob(OLD_FILES[table]) if not path.name.startswith("."))
+    """The data files of an old-layout tree (hidden and temp names skipped: no reader ever saw them; so are
+    the names deltalake gives its data files, which a Delta table partitioned as the old tree was holds)."""
+    return sorted(path for path in directory.glob(OLD_FILES[table])
+                  if not path.name.startswith(".") and not DELTA_FILE.fullmatch(path.name))
 
 
 def count(directory: Path, table: str) -> tuple[int, int]:
@@ -130,6 +134,7 @@ def _commit(root: Path, table: str, files: list[Path]) -> int:
     stream = pa.RecordBatchReader.from_batches(storage_schema(table), rows.batches())
     try:
         write_deltalake(table_uri(root, table), stream, mode="error", partition_by=list(DELTA_TABLES[table]) or None,
+                        configuration=TABLE_CONFIGURATION,
                         commit_properties=CommitProperties(custom_metadata={WRITER_KEY: WRITER}))
     except Exception:
         if rows.failure is not None:  # deltalake wraps it in its own error, traceback and all

@@ -7,8 +7,9 @@ only what is new since the session's earlier calls); each cached session keeps t
 most 1 MiB of chain tips, 128 KiB of chunk keys twice: in order and sorted, and the 4 latest bodies of each
 kind, 1 MiB of text per kind, with 25 B a chunk of where their chunks are and their keys; a session dropped
 from the cache starts a fresh one). Compaction moves the log rows into part files (on close_session,
-compact_idle and eviction) and segments whose rows parts cover are deleted (a grace period later, as every
-file a compaction supersedes: store/retirement.py, so reads that listed it can still open it). A writer
+compact_idle, eviction and the writer's close: a store at rest holds each call once) and segments whose rows
+parts cover are deleted (a grace period later, as every file a compaction supersedes: store/retirement.py, so
+reads that listed it can still open it), the live one too once every row the writer logged is in parts. A writer
 opening the store recovers the log a dead one left: its whole rows are compacted, torn tails dropped.
 Session state lives in memory after its first touch, so a write never re-reads the store. Writes to one
 session are serialized: a session has at most one line in flight (seqs hit the disk in order, which
@@ -289,7 +290,10 @@ class StoreWriter:
     def _drop_covered(self, compacted: Collection[str], remover: compaction.Remover | None = None) -> None:
         """Delete the retired log segments whose every row is in a part file (through `remover`, by
         default after the grace period). A segment seen retired for the first time has all its sessions
-        checked; after that, only the `compacted` ones."""
+        checked; after that, only the `compacted` ones. With no cached session left to compact, the live
+        segment is retired first: its rows are in parts, and it would otherwise stay until it filled up."""
+        if not self._closed and self._all_compacted():
+            self._log.retire_live()
         with self._segments_lock:
             fresh = {path: segment_sessions(path) for path in log_segments(self.root)
                      if path not in self._uncovered and self._log.retired(path) and not self._retirement.waiting(path)}
@@ -303,6 +307,12 @@ class StoreWriter:
                 del self._uncovered[path]
             if dropped:
                 (remover or self._retirement.later)(dropped, self.root / LOG_DIR)
+
+    def _all_compacted(self) -> bool:
+        """Whether every row this writer logged is in parts (sessions dropped from the cache were compacted)."""
+        with self._lock:
+            states = list(self._sessions.values())
+        return not any(state.dirty or state.in_flight is not None for state in states)
 
     def _forget_covered(self, sessions: dict[str, int], check: list[str]) -> None:
         """Remove from `sessions` ({session: highest seq in a segment}) those of `check` parts now cover."""
@@ -334,6 +344,7 @@ class StoreWriter:
         """Write pending session rows and release the store (sessions stay open, nothing is lost)."""
         self._flusher.close()
         self._log.close()
+        self.compact_idle(0.0)  # a store at rest holds each call once: in parts, not also in the log
         self._retirement.close()
         self._closed = True
         if self._owner is not None:

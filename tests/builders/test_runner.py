@@ -10,7 +10,7 @@ from deltalake import DeltaTable
 from toychat import Conversation, failure
 from tracestore import read_traces, write_store
 from tracetap.builders import build, default_workers, list_sessions, load_session
-from tracetap.builders.runner import COMMIT_BATCH, PROCESS_MIN_SESSIONS, READ_BATCH, _executor
+from tracetap.builders.runner import PROCESS_MIN_SESSIONS, READ_BATCH, _executor
 from tracetap.store import InvalidSessionId, StoreError, StoreReader, StoreWriter
 
 from tracetap.common import decode as decode_text
@@ -100,15 +100,15 @@ def _traces_of(root, builder: str, sessions: list[str]) -> dict[str, list[dict]]
 
 @pytest.mark.parametrize("builder", ["prefix_merging", "per_request"])
 def test_worker_processes_build_what_one_process_builds(tmp_path, builder):
-    sids = [f"s{n:03d}" for n in range(COMMIT_BATCH + READ_BATCH + 3)]  # two commits, the second one short
-    rows = [row for n, sid in enumerate(sids) for row in agent_rows(sid, 1 + n % 4)] + [failure(502, session_id="s005")]
+    sids = [f"s{n:02d}" for n in range(2 * READ_BATCH + 3)]  # three batches, the last one short
+    rows = [row for n, sid in enumerate(sids) for row in agent_rows(sid, 1 + n % 4)] + [failure(502, session_id="s05")]
     root = write_store(tmp_path / "store", rows)
     alone = build(root, builder)
     in_process = _traces_of(root, builder, sids)
     seen = []
     parallel = build(root, builder, progress=seen.append, workers=2)
     assert seen == sids  # in session order, each once written
-    assert parallel.to_dict() == alone.to_dict() and parallel.not_trainable == ["s005"]
+    assert parallel.to_dict() == alone.to_dict() and parallel.not_trainable == ["s05"]
     assert _traces_of(root, builder, sids) == in_process
 
 

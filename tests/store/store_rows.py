@@ -1,7 +1,11 @@
-"""Helpers for store tests: a completions row factory and a snapshot of the files on disk."""
+"""Helpers for store tests: a completions row factory, a snapshot of the files on disk, and rows stored as a
+v1 writer (per-call files) or a crashed writer (only in the log) left them."""
 
 from __future__ import annotations
 
+import pickle
+import subprocess
+import sys
 from pathlib import Path
 
 from tracetap.store.compaction import next_seq
@@ -33,3 +37,24 @@ def record_files(root: Path, count: int, sid: str = "s1") -> list[dict]:
         write_parquet_atomic(directory / completion_name(row["seq"], row["completion_id"]),
                              rows_to_table("completions", [row]))
     return rows
+
+
+CRASHING_WRITER = """
+import os, pickle, sys
+from tracetap.store import StoreWriter
+writer = StoreWriter(sys.argv[1])
+stored = [writer.record_completion(row) for row in pickle.load(sys.stdin.buffer)]
+sys.stdout.buffer.write(pickle.dumps(stored))
+sys.stdout.flush()
+os._exit(0)  # no close, as after kill -9
+"""
+
+
+def abandoned_writer_store(root: Path, rows: list[dict]) -> list[dict]:
+    """Record `rows` with a writer in a subprocess that then dies without closing (a close would compact
+    them): they are left only in the group-commit log, as a crashed gateway leaves them. Returns the rows
+    as stored."""
+    done = subprocess.run([sys.executable, "-c", CRASHING_WRITER, str(root)], input=pickle.dumps(rows),
+                          capture_output=True, timeout=60)
+    assert done.returncode == 0, done.stderr.decode()
+    return pickle.loads(done.stdout)

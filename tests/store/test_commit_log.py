@@ -13,7 +13,7 @@ from datetime import UTC, datetime, timedelta
 
 import pyarrow.parquet as pq
 import pytest
-from store_rows import completion
+from store_rows import abandoned_writer_store, completion
 from tracetap.store import StoreWriter, connect, scan
 from tracetap.store.commit_log import encode_line
 from tracetap.store.files import write_parquet_atomic
@@ -42,27 +42,27 @@ def awkward_row(rng: random.Random) -> dict:
 
 def test_log_rows_equal_parquet_rows_in_python_and_sql(tmp_path):
     rng = random.Random(11)
-    with StoreWriter(tmp_path / "log") as writer:
-        for _ in range(3):
-            writer.record_completion(awkward_row(rng))
-    logged = log_rows(tmp_path / "log")  # the stored (compact) form, before a reopen compacts it
     parquet = tmp_path / "parquet"
     StoreWriter(parquet).close()
-    write_parquet_atomic(session_dir(parquet, "completions", "s1") / "part-3.parquet", logged)
-    assert logged.equals(pq.read_table(session_dir(parquet, "completions", "s1") / "part-3.parquet"))
-    for_python = [read_session(session_dir(store, "completions", "s1")) for store in (tmp_path / "log", parquet)]
-    assert for_python[0].equals(for_python[1]) and for_python[0].column("seq").to_pylist() == [0, 1, 2]
-    sql = "SELECT * EXCLUDE (chain_index, side_call) FROM completions ORDER BY seq"
-    assert connect(tmp_path / "log").sql(sql).to_arrow_table() == connect(parquet).sql(sql).to_arrow_table()
+    with StoreWriter(tmp_path / "log") as writer:  # read while open: its close would compact the rows
+        for _ in range(3):
+            writer.record_completion(awkward_row(rng))
+        logged = log_rows(tmp_path / "log")  # the stored (compact) form
+        write_parquet_atomic(session_dir(parquet, "completions", "s1") / "part-3.parquet", logged)
+        assert logged.equals(pq.read_table(session_dir(parquet, "completions", "s1") / "part-3.parquet"))
+        for_python = [read_session(session_dir(store, "completions", "s1")) for store in (tmp_path / "log", parquet)]
+        assert for_python[0].equals(for_python[1]) and for_python[0].column("seq").to_pylist() == [0, 1, 2]
+        sql = "SELECT * EXCLUDE (chain_index, side_call) FROM completions ORDER BY seq"
+        assert connect(tmp_path / "log").sql(sql).to_arrow_table() == connect(parquet).sql(sql).to_arrow_table()
 
 
 def test_float32_values_survive_json(tmp_path):
     rng = random.Random(3)
     values = float32s(rng, 5000)
-    with StoreWriter(tmp_path) as writer:
+    with StoreWriter(tmp_path) as writer:  # read while open: its close would compact the row
         writer.record_completion(completion(logprobs=values))
-    assert log_rows(tmp_path).column("logprobs")[0].as_py() == values
-    got = connect(tmp_path).execute("SELECT logprobs FROM completions").fetchone()[0]
+        assert log_rows(tmp_path).column("logprobs")[0].as_py() == values
+        got = connect(tmp_path).execute("SELECT logprobs FROM completions").fetchone()[0]
     assert got == values
 
 
@@ -82,8 +82,7 @@ LINE = logged_line(1)
 
 @pytest.mark.parametrize("cut", [1, 20, len(LINE) // 2, len(LINE) - 3, len(LINE) - 2])
 def test_a_torn_tail_is_never_visible_and_a_restart_drops_it(root, cut):
-    with StoreWriter(root) as writer:
-        first = writer.record_completion(completion())
+    [first] = abandoned_writer_store(root, [completion()])  # a crashed writer: its row only in the log
     [segment] = log_segments(root)
     with open(segment, "ab") as handle:
         handle.write(LINE[:cut])  # a batch cut by the crash: seq 1 was never acknowledged
@@ -155,10 +154,10 @@ def test_concurrent_calls_share_batches_and_keep_session_order(root):
             thread.join()
         [segment] = log_segments(root)
         lines = segment.read_bytes().splitlines()
-    assert len(lines) == 320
-    for sid in ("c0", "c1", "c2", "c3"):  # a session's rows reach the log in seq order
-        seqs = [row["seq"] for row in log_rows(root, sid).to_pylist()]
-        assert seqs == list(range(80))
+        assert len(lines) == 320
+        for sid in ("c0", "c1", "c2", "c3"):  # a session's rows reach the log in seq order
+            seqs = [row["seq"] for row in log_rows(root, sid).to_pylist()]
+            assert seqs == list(range(80))
 
 
 FILE_LIMIT_SCRIPT = """
@@ -179,24 +178,33 @@ with StoreWriter(sys.argv[1]) as writer:
             outcomes.append((record or writer.record_completion)(row)["seq"])
         except StoreError as error:
             outcomes.append(str(error))
-    print(outcomes)
+    print(outcomes, flush=True)
+    sys.stdin.read()  # the parent reads the log while this writer is open, then closes our stdin
+    resource.setrlimit(resource.RLIMIT_FSIZE, (resource.RLIM_INFINITY, resource.RLIM_INFINITY))  # for the close
 """
 
 
 @pytest.mark.parametrize("caller", ["thread", "loop", "loop-alone"])
 def test_a_failed_write_leaves_no_line_of_its_batch_and_the_next_call_goes_on(root, caller):
-    """A real write failure: a file size limit (RLIMIT_FSIZE) that the second row crosses mid-line."""
+    """A real write failure: a file size limit (RLIMIT_FSIZE) that the second row crosses mid-line. The log
+    is read while the child's writer is open (its close compacts the rows into a part)."""
     line = len(encode_line({**completion(), "error": "x" * 700, "completion_id": "c-0", "seq": 0,
                            "finished_at": datetime(2026, 1, 1, tzinfo=UTC)}))
-    done = subprocess.run([sys.executable, "-c", FILE_LIMIT_SCRIPT, str(root), str(line + line // 2), caller],
-                          capture_output=True, text=True, timeout=60)
-    assert done.returncode == 0, done.stderr
-    outcomes = eval(done.stdout)  # a list of seqs and error messages, printed by the child
-    assert outcomes[0] == 0 and "could not write the log" in outcomes[1] and outcomes[2] == 1
-    first, second = log_segments(root)  # the failed batch retired the first segment
-    assert first.read_bytes().count(b"\n") == 1 and first.read_bytes().endswith(b"\n")  # cut back: no torn tail
-    rows = log_rows(root).to_pylist()
-    assert [(r["seq"], r["completion_id"]) for r in rows] == [(0, "c-0"), (1, "c-2")]
+    args = [sys.executable, "-c", FILE_LIMIT_SCRIPT, str(root), str(line + line // 2), caller]
+    with subprocess.Popen(args, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                          text=True) as child:  # leaving closes its stdin: the child's writer closes
+        printed = child.stdout.readline()
+        assert printed, child.stderr.read()
+        outcomes = eval(printed)  # a list of seqs and error messages, printed by the child
+        assert outcomes[0] == 0 and "could not write the log" in outcomes[1] and outcomes[2] == 1
+        first, second = log_segments(root)  # the failed batch retired the first segment
+        assert first.read_bytes().count(b"\n") == 1 and first.read_bytes().endswith(b"\n")  # cut back: no torn tail
+        rows = log_rows(root).to_pylist()
+        assert [(r["seq"], r["completion_id"]) for r in rows] == [(0, "c-0"), (1, "c-2")]
+        child.stdin.close()
+        assert child.wait(timeout=60) == 0, child.stderr.read()
+    keys = connect(root).sql("SELECT seq, completion_id FROM completions ORDER BY seq").fetchall()
+    assert keys == [(0, "c-0"), (1, "c-2")]  # the close compacted what the log held, and nothing else
 
 
 
@@ -226,10 +234,10 @@ def test_a_lone_callers_line_is_written_in_its_own_thread(root):
 
         writer._log._write = write
         rows = [asyncio.run(writer.record_completion_async(completion(), alone=alone)) for alone in (True, True, False)]
+        assert [row["seq"] for row in log_rows(root).to_pylist()] == [0, 1, 2]
     assert [row["seq"] for row in rows] == [0, 1, 2]
     here = threading.get_ident()
     assert written_by[:2] == [here, here] and written_by[2] != here  # not alone: the committer wrote it
-    assert [row["seq"] for row in log_rows(root).to_pylist()] == [0, 1, 2]
 
 
 def test_a_session_only_in_the_log_past_a_gap_goes_on_after_it_from_the_event_loop(root):

@@ -5,7 +5,7 @@ import time
 
 import duckdb
 import pytest
-from store_rows import completion, record_files, snapshot
+from store_rows import abandoned_writer_store, completion, record_files, snapshot
 from tracetap.store import StoreWriter, connect, scan
 from tracetap.store.compaction import compact_session, compact_store
 from tracetap.store.files import write_parquet_atomic
@@ -143,8 +143,9 @@ def test_appends_during_compaction_are_never_lost_or_doubled(writer, root):
     assert names(root) == ["part-60.parquet"]
 
 
-def test_compaction_refuses_inputs_that_do_not_line_up(writer, root):
-    record(writer, 2)
+def test_compaction_refuses_inputs_that_do_not_line_up(root):
+    # seqs 0 and 1 in the log of a crashed writer (an open one's close would compact the odd file too)
+    abandoned_writer_store(root, [completion(), completion()])
     directory = session_dir(root, "completions", "s1")
     write_parquet_atomic(directory / "00000002-odd.parquet", rows_to_table("completions", [
         completion(seq=7, completion_id="odd")]))
@@ -179,13 +180,9 @@ def test_sql_reads_during_a_whole_store_compaction_need_at_most_one_retry(root, 
     """`tracetap compact` over many sessions deletes what it superseded at the end, not session by session:
     a read whose listing a deletion outdates gets the new parts on its one retry."""
     sessions = [f"c{n}" for n in range(60)]
-    with StoreWriter(root) as writer:
+    with StoreWriter(root) as writer:  # its close compacts: every session gets a part
         for sid in sessions:
             record(writer, 2, sid)
-    compact_store(root)
-    with StoreWriter(root) as writer:  # every session: a part plus logged rows, so compaction supersedes a file
-        for sid in sessions:
-            record(writer, 1, sid)
     monkeypatch.setattr("tracetap.store.reading.ATTEMPTS", 2)
     counts, errors, done = [], [], threading.Event()
 
@@ -196,11 +193,14 @@ def test_sql_reads_during_a_whole_store_compaction_need_at_most_one_retry(root, 
             except Exception as error:  # reported below
                 errors.append(error)
 
-    reader = threading.Thread(target=read)
-    reader.start()
-    try:
-        assert len(compact_store(root)) == len(sessions)
-    finally:
-        done.set()
-        reader.join()
+    with StoreWriter(root) as writer:  # every session: a part plus logged rows, so compaction supersedes a file
+        for sid in sessions:
+            record(writer, 1, sid)
+        reader = threading.Thread(target=read)
+        reader.start()
+        try:
+            assert len(compact_store(root)) == len(sessions)
+        finally:
+            done.set()
+            reader.join()
     assert errors == [] and counts and set(counts) == {3 * len(sessions)}

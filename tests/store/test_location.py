@@ -50,20 +50,19 @@ def test_session_dirs_on_an_object_store_follow_the_layout():
 def test_a_store_on_an_fsspec_filesystem_records_compacts_and_reads():
     bucket = f"b{secrets.token_hex(4)}"
     url = f"memory://{bucket}/store"
+    expected = [(0, [1, 2]), (1, [1, 2, 3]), (2, [1, 2, 3, 3])]
     with StoreWriter(url) as writer:
         for turn in range(3):
             writer.record_completion({"session_id": "s1", "status": "ok", "prompt_token_ids": [1, 2] + [3] * turn,
                                       "completion_token_ids": [3]})
-    keys = fsspec.filesystem("memory").find(bucket)
-    assert sum("/log/" in key for key in keys) == 3  # one object per batch, each call its own batch here
-    assert not [key for key in keys if ".tmp" in key or key.rpartition("/")[2].startswith(".")]
-    expected = [(0, [1, 2]), (1, [1, 2, 3]), (2, [1, 2, 3, 3])]
-    with connect(url) as con:
-        assert con.execute("SELECT seq, prompt_token_ids FROM completions ORDER BY seq").fetchall() == expected
-    assert compact_store(url) == {"s1": 3}
+        keys = fsspec.filesystem("memory").find(bucket)
+        assert sum("/log/" in key for key in keys) == 3  # one object per batch, each call its own batch here
+        assert not [key for key in keys if ".tmp" in key or key.rpartition("/")[2].startswith(".")]
+        with connect(url) as con:  # the rows are only in the log objects
+            assert con.execute("SELECT seq, prompt_token_ids FROM completions ORDER BY seq").fetchall() == expected
+        assert compact_store(url) == {"s1": 3}
+    # the close drops the log objects parts cover
+    assert not [key for key in fsspec.filesystem("memory").find(bucket) if "/log/" in key]
     reader = StoreReader(url)
     assert [(r["seq"], r["prompt_token_ids"]) for r in reader.completions("s1").to_pylist()] == expected
     assert reader.session("s1")["completions"] == 3
-    with StoreWriter(url):  # a new writer drops the log objects the parts cover
-        pass
-    assert not [key for key in fsspec.filesystem("memory").find(bucket) if "/log/" in key]

@@ -250,7 +250,7 @@ def test_a_v2_stores_tables_become_delta_tables_with_the_same_rows(v2):
     for table in COUNTS:  # one commit each, which made the table and holds every row
         (commit,) = open_table(v2, table).history()
         assert (commit[WRITER_KEY], commit["operationMetrics"]["num_added_rows"]) == ("tracetap migrate", COUNTS[table])
-    assert open_table(v2, "trajectories").metadata().partition_columns == ["builder"]
+    assert open_table(v2, "trajectories").metadata().partition_columns == ["builder", "session_id"]
     assert [row["reward"] for row in StoreReader(v2).rewards("judge")] == [1.0, None]
     assert read_tasks(v2) == TASKS
     assert migrate_store(v2).tables == {}

@@ -5,6 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import tomllib
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -32,22 +33,24 @@ def trace(index: int, builder: str = "per_request") -> dict:
 
 
 @pytest.fixture
-def filled(root: Path) -> Path:
-    """Sessions a (3 calls, compacted after 2, then one more), b (1 call), with traces and rewards."""
-    with StoreWriter(root) as w:
+def filled(root: Path) -> Iterator[Path]:
+    """Sessions a (3 calls, compacted after 2, then one more), b (1 call), with traces and rewards, read while
+    their writer is open: a's third call and b's are only in its log (its close would compact them), one
+    segment (retire_after=0: the one a's compaction covered is gone at once)."""
+    with StoreWriter(root, retire_after=0) as w:
         for _ in range(2):
             w.record_completion(completion("a"))
         w.close_session("a")
         w.record_completion(completion("a", task_id="t"))
         w.record_completion(completion("b"))
         w.register_session("b", task_id="tb")
-    for sid in ("a", "b"):
-        write_session_table(root, "trajectories", sid, [trace(1), trace(0)], builder="per_request")
-        write_session_table(root, "rewards", sid, [{"evaluator": "e", "reward": 0.5}], evaluator="e")
-    write_session_table(root, "trajectories", "a", [trace(0, "prefix_merging")],
-                        builder="prefix_merging")
-    write_session_table(root, "rewards", "a", [{"evaluator": "f", "reward": 1.0}], evaluator="f")
-    return root
+        for sid in ("a", "b"):
+            write_session_table(root, "trajectories", sid, [trace(1), trace(0)], builder="per_request")
+            write_session_table(root, "rewards", sid, [{"evaluator": "e", "reward": 0.5}], evaluator="e")
+        write_session_table(root, "trajectories", "a", [trace(0, "prefix_merging")],
+                            builder="prefix_merging")
+        write_session_table(root, "rewards", "a", [{"evaluator": "f", "reward": 1.0}], evaluator="f")
+        yield root
 
 
 def test_a_session_reads_in_seq_order_across_part_and_per_call_files(filled):

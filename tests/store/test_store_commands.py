@@ -27,14 +27,19 @@ def json_documents(text):
     return values
 
 
+def record_runs(w: StoreWriter) -> None:
+    """run-1: two calls (one failed) of task t-1; run-2: one call."""
+    w.register_session("run-1", task_id="t-1", harness="codex")
+    w.record_completion(completion("run-1", prompt_tokens=10, completion_tokens=4))
+    w.record_completion(completion("run-1", status="upstream_error", http_status=502))
+    w.record_completion(completion("run-2", prompt_tokens=7, completion_tokens=1))
+
+
 @pytest.fixture
 def store(tmp_path):
     root = tmp_path / "store"
     with StoreWriter(root) as w:
-        w.register_session("run-1", task_id="t-1", harness="codex")
-        w.record_completion(completion("run-1", prompt_tokens=10, completion_tokens=4))
-        w.record_completion(completion("run-1", status="upstream_error", http_status=502))
-        w.record_completion(completion("run-2", prompt_tokens=7, completion_tokens=1))
+        record_runs(w)
     return root
 
 
@@ -117,14 +122,18 @@ def test_store_must_exist_and_be_a_store(tmp_path, command):
     assert "no VERSION file" in not_a_store.stderr
 
 
-def test_compact_one_session_then_all(store):
-    merged = run("compact", "--store", str(store), "--session", "run-1", "--json").stdout
-    assert json.loads(merged) == {"run-1": 2}
-    files = session_dir(store, "completions", "run-1").glob("*.parquet")
-    assert [p.name for p in files] == ["part-2.parquet"]
-    out = run("compact", "--store", str(store)).stdout
-    assert "run-2: merged 1 row" in out and "compacted 1 session(s)" in out
-    assert run("compact", "--store", str(store), "--json").stdout.strip() == "{}"
+def test_compact_one_session_then_all(tmp_path):
+    """Beside a running writer, whose rows are only in its log (its close would compact them)."""
+    store = tmp_path / "store"
+    with StoreWriter(store) as w:
+        record_runs(w)
+        merged = run("compact", "--store", str(store), "--session", "run-1", "--json").stdout
+        assert json.loads(merged) == {"run-1": 2}
+        files = session_dir(store, "completions", "run-1").glob("*.parquet")
+        assert [p.name for p in files] == ["part-2.parquet"]
+        out = run("compact", "--store", str(store)).stdout
+        assert "run-2: merged 1 row" in out and "compacted 1 session(s)" in out
+        assert run("compact", "--store", str(store), "--json").stdout.strip() == "{}"
 
 
 @pytest.mark.parametrize("sid, code, message", [("../x", 2, "invalid session id"),

@@ -9,7 +9,7 @@ from datetime import UTC, datetime
 import pyarrow.parquet as pq
 import pytest
 from store_rows import completion, record_files, snapshot
-from tracetap.store import InvalidSessionId, StoreWriter, connect
+from tracetap.store import InvalidSessionId, StoreReader, StoreWriter, connect
 from tracetap.store.files import StoreError
 from tracetap.store.log_reading import log_rows
 from tracetap.store.paths import log_segments, session_dir, session_file
@@ -352,3 +352,33 @@ def test_a_session_names_a_bounded_number_of_refused_hosts(writer):
     writer.note_refused("s1", "host-0.example")
     refused = json.loads(writer.close_session("s1")["refused_hosts_json"])
     assert len(refused) == MAX_REFUSED_HOSTS + 1 and refused[OTHER_HOSTS] == 10 and refused["host-0.example"] == 2
+
+
+def log_files(root):
+    return sorted(path.name for path in (root / "log").glob("*.jsonl"))
+
+
+def test_a_log_segment_whose_rows_parts_hold_is_deleted_without_waiting_to_fill(root):
+    with StoreWriter(root, retire_after=0) as writer:
+        for _ in range(50):
+            writer.record_completion(completion("s1"))
+        writer.record_completion(completion("s2"))
+        writer.close_session("s1")
+        assert len(log_files(root)) == 1  # s2's row is in no part yet: its segment stays whole
+        writer.close_session("s2")
+        assert log_files(root) == []  # every row is in parts: the live segment was retired and dropped
+        writer.record_completion(completion("s3"))
+        assert len(log_files(root)) == 1  # the next call starts a new segment
+    assert StoreReader(root).completions("s1").num_rows == 50
+
+
+def test_a_store_at_rest_holds_each_call_once(root):
+    with StoreWriter(root) as writer:
+        for _ in range(3):
+            writer.record_completion(completion("closed"))
+        writer.record_completion(completion("open"))
+        writer.close_session("closed")
+        assert len(log_files(root)) == 1  # the open session's row is in no part yet
+    assert log_files(root) == []  # the writer's close put it in one
+    reader = StoreReader(root)
+    assert [reader.completions(sid).num_rows for sid in ("closed", "open")] == [3, 1]
