@@ -28,6 +28,7 @@ from tracetap.store.paths import SESSION_ID_PATTERN
 from tracetap.store.schema import SCHEMA_VERSION, STORED_TABLES
 
 if TYPE_CHECKING:
+    import pyarrow.dataset
     from deltalake import DeltaTable
 
 # partition columns: a rebuild replaces a session's traces by dropping its files, never by rewriting a file
@@ -141,15 +142,23 @@ def replace(root: StorePath | str, table: str, rows: pa.Table, where: str, write
 
 
 def read(delta: DeltaTable | None, table: str, where: pc.Expression | None = None,
-         columns: list[str] | None = None) -> pa.Table:
-    """The rows of one version of `table` (matching `where`; all columns or `columns`) with the store's
-    types; none without a table."""
+         columns: list[str] | None = None, session_ids: list[str] | None = None) -> pa.Table:
+    """The rows of one version of `table` (matching `where`; all columns or `columns`; only `session_ids`'
+    when given) with the store's types; none without a table."""
     target = storage_schema(table)
     if columns is not None:
         target = pa.schema([target.field(name) for name in columns])
-    if delta is None:
+    if delta is None or session_ids == []:
         return target.empty_table()
-    return delta.to_pyarrow_dataset().to_table(columns=target.names, filter=where).cast(target)
+    return dataset(delta, table, session_ids).to_table(columns=target.names, filter=where).cast(target)
+
+
+def dataset(delta: DeltaTable, table: str, session_ids: list[str] | None = None) -> pyarrow.dataset.Dataset:
+    """One version of `table` as an Arrow dataset; of a table partitioned by session, only the files of
+    `session_ids` when given (making a dataset costs ~0.8 ms a file: 1.6 s over 2,000 sessions' traces)."""
+    if not session_ids or "session_id" not in DELTA_TABLES[table]:  # none: the caller filters rows
+        return delta.to_pyarrow_dataset()
+    return delta.to_pyarrow_dataset(file_pruning_predicate=[("session_id", "in", session_ids)])
 
 
 def sql_in(column: str, values: Iterable[str]) -> str:

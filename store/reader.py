@@ -116,9 +116,10 @@ class StoreReader:
 
         return retrying(read).to_pylist()
 
-    def _delta(self, table: str, where: pc.Expression | None, columns: list[str] | None = None) -> pa.Table:
-        """Rows of the version of a Delta table this reader reads."""
-        return read_delta(self._version(table), table, where, columns)
+    def _delta(self, table: str, where: pc.Expression | None, columns: list[str] | None = None,
+               session_ids: list[str] | None = None) -> pa.Table:
+        """Rows of the version of a Delta table this reader reads (`session_ids`: its files of those only)."""
+        return read_delta(self._version(table), table, where, columns, session_ids)
 
     def session(self, session_id: str) -> dict | None:
         """One session's row, or None when the store has none for it."""
@@ -127,7 +128,8 @@ class StoreReader:
 
     def trajectories(self, builder: str, session_ids: Collection[str] | None = None) -> pa.Table:
         """`builder`'s traces (all sessions, or `session_ids`), by session id then trace index."""
-        table = self._delta("trajectories", _matching("builder", builder, _ids(session_ids)))
+        wanted = _ids(session_ids)
+        table = self._delta("trajectories", _matching("builder", builder, wanted), session_ids=wanted)
         return table.sort_by([("session_id", "ascending"), ("trace_index", "ascending")])
 
     def trajectory_session_ids(self, builder: str) -> list[str]:
