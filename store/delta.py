@@ -7,7 +7,7 @@ that reads Delta reads these tables (Polars `scan_delta`, deltalake, DuckDB thro
 
 Writers replace rows by key in one commit (a predicate overwrite: a builder's traces of some sessions,
 an evaluator's rewards of some sessions, one task's record), so writers of different keys never undo
-each other's rows: deltalake detects a concurrent commit that touched the same files and retries.
+each other's rows: a commit that raced another writer's is refused by deltalake and run again here.
 Every commit names its writer in its metadata (`tracetap.writer`), which `tracetap history` shows.
 """
 
@@ -17,11 +17,11 @@ import os
 import random
 import time
 from collections.abc import Iterable
-from datetime import datetime
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
 import pyarrow.compute as pc
+from tracetap.store import files
 from tracetap.store.files import outdated, read_version
 from tracetap.store.location import ObjectPath, StorePath, store_path
 from tracetap.store.paths import SESSION_ID_PATTERN
@@ -41,7 +41,6 @@ DELTA_PROTOCOLS = ("s3", "s3a", "gs", "az", "abfs", "abfss")  # object stores de
 WRITER_KEY = "tracetap.writer"  # commit metadata naming what wrote a version (a command, a gateway)
 COMMIT_ATTEMPTS = 30  # a write racing others commits again on the new version, this many times at most
 FIRST_BACKOFF, MAX_BACKOFF = 0.01, 1.0  # seconds: the random pause before a retry is at most this, doubled each time
-AsOf = int | datetime  # a table version, or a moment: the version current then
 
 
 def table_uri(root: StorePath | str, table: str) -> str:
@@ -74,20 +73,17 @@ def storage_options(root: StorePath | str) -> dict[str, str] | None:
 
 
 def storage_schema(table: str) -> pa.Schema:
-    return pa.schema([field.remove_metadata() for field in STORED_TABLES[table]])
+    return files.storage_schema(STORED_TABLES[table])
 
 
-def open_table(root: StorePath | str, table: str, as_of: AsOf | None = None) -> DeltaTable | None:
-    """`table` at its latest version (or as of a version or a moment); None when it was never written."""
+def open_table(root: StorePath | str, table: str, version: int | None = None) -> DeltaTable | None:
+    """`table` at its latest version (or at `version`: time travel); None when it was never written."""
     from deltalake import DeltaTable
 
     uri, options = table_uri(root, table), storage_options(root)
     if not _supported(root) or not DeltaTable.is_deltatable(uri, options):
         return None
-    delta = DeltaTable(uri, storage_options=options, version=as_of if isinstance(as_of, int) else None)
-    if isinstance(as_of, datetime):
-        delta.load_as_version(as_of)
-    return delta
+    return DeltaTable(uri, storage_options=options, version=version)
 
 
 def _supported(root: StorePath | str) -> bool:
