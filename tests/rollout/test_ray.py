@@ -109,7 +109,8 @@ def test_a_killed_actor_loses_its_running_sessions_and_its_queued_ones_run_elsew
         with httpx.Client(base_url=server.url, timeout=60, trust_env=False,
                           headers=live.control_headers()) as client:
             assert client.post("/tasks", json=shell_task("ray-kill", command, 8)).status_code == 200
-            victim = next(n for n in nodes if n.id == poll(lambda: busy(client), TASK_SECONDS, "a busy node"))
+            busy_id = poll(lambda: busy(client), TASK_SECONDS, "a busy node")
+            victim = next(n for n in nodes if n.id == busy_id)
             held = ray.get(victim.actor.statuses.remote(), timeout=60)
             running = [sid for sid, status in held.items() if status == "RUNNING"]
             groups = poll(lambda: recorded_groups(sessions, running[0]), 60, "the harness group recorded")
