@@ -1,4 +1,4 @@
-"""The tracetap store: Parquet files partitioned by session, a durable writer, DuckDB/Polars readers.
+"""The tracetap store: Delta tables partitioned by session, a durable writer, DuckDB/Polars readers.
 
 This is the store's public surface: code outside `store/` imports from here only (a ruff rule,
 TID251, bans its internal modules elsewhere). `import store` stays cheap for the gateway: duckdb and
@@ -6,7 +6,7 @@ polars load only when a reader is used.
 """
 
 from tracetap.store.catalog import VIEW_COLUMNS, connect, scan
-from tracetap.store.compaction import compact_session, compact_store
+from tracetap.store.compaction import compact_sessions
 from tracetap.store.connection import StoreConnection
 from tracetap.store.delta import table_layout
 from tracetap.store.files import StoreError, check_store, storage_schema, write_text_atomic
@@ -22,7 +22,7 @@ from tracetap.store.location import (
 )
 from tracetap.store.maintenance import DEFAULT_RETAIN_HOURS, TableVersion, history, vacuum
 from tracetap.store.migrate import Migration, migrate_store
-from tracetap.store.paths import InvalidSessionId, session_dir, validate_name, validate_session_id
+from tracetap.store.paths import InvalidSessionId, validate_name, validate_session_id
 from tracetap.store.prompts import Prompts, Stored
 from tracetap.store.reader import Reader, StoreReader
 from tracetap.store.schema import SCHEMA_VERSION, TABLES, describe, empty_row
@@ -51,8 +51,7 @@ __all__ = [
     "TableVersion",
     "check_reachable",
     "check_store",
-    "compact_session",
-    "compact_store",
+    "compact_sessions",
     "connect",
     "describe",
     "empty_row",
@@ -67,7 +66,6 @@ __all__ = [
     "save_task",
     "scan",
     "secret_hash",
-    "session_dir",
     "storage_schema",
     "store_path",
     "table_layout",

@@ -1,24 +1,21 @@
 """Read the store: DuckDB views for SQL, Polars LazyFrames for notebooks; no data is copied.
 
-Views read explicit file lists: before every statement the connection takes a fresh snapshot of the
-store (store/snapshot.py, the one visibility rule) and hands each table's files to DuckDB as a
-variable (`SET VARIABLE tracetap_<table>`), so a connection sees files written after `connect()` and
-never a superseded file. Each view unions a typed empty row set, so tables with no files yet are
-empty views with the schema's columns and types. Files are read without hive partition inference:
-`session_id` (and `builder`) are real columns inside every file. A connection may be limited to some
-sessions (`session_ids`): its statements then list only their partitions, whatever the store's size.
-The completions view includes the group-commit log's rows (store/log_reading.py) of the snapshot's
-segments, those with seq >= their session's covered N (passed as `tracetap_covered`). Completions
-files and log lines hold the compact form (store/compact_form.py): the view expands it in SQL
-(`_expanded`), and the Polars scan of completions goes through the Python reader (store/reading.py),
-so both show `prompt_token_ids`, `request_json` and `chat_request_json` whole.
-Views have no defined row order: use ORDER BY session_id, seq.
+Every table is a Delta table (store/delta.py). Before every statement the connection reads what writers
+hold uncommitted (their logs' rows, their live session rows: store/reading.py says why first), then brings
+each table to its latest version, registering its Arrow dataset with DuckDB again only when a commit came
+since (making one costs ~0.8 ms a file). The completions view adds the log rows past what the registered
+version holds; the sessions view picks each session's row of highest revision (store/live_sessions.py).
+Tables not written yet are empty views with the schema's columns and types. A connection may be limited
+to some sessions (`session_ids`): its statements then read only their partitions, whatever the store's
+size. Completions files and log lines hold the compact form (store/compact_form.py): the view expands it in
+SQL (`_expanded`), and the Polars scan of completions goes through the Python reader (store/reading.py), so
+both show `prompt_token_ids`, `request_json` and `chat_request_json` whole. Views have no defined row
+order: use ORDER BY session_id, seq. Nothing is retried: a compaction or a vacuum never fails a statement.
 
 The completions view also carries each call's thread (VIEW_COLUMNS): its `chain_index`, read from the
 `prefix_merging` trajectories when they are built (the chain of the trace that holds the call, or
 whose turn it retried), and `side_call`, true for a call offering no tools in a session whose other
 calls do (a title, a summary, a compaction). The store imports no builder: this is a read-only join.
-Reads follow store/reading.py: a statement or scan that loses a file to compaction runs again.
 
 Stored JSON may hold lone surrogates (a harness may send `"\\ud800"`; the gateway keeps the escape),
 which DuckDB's JSON parser refuses, failing the whole statement. SQL over stored JSON (these views,
@@ -33,16 +30,16 @@ from collections.abc import Callable, Collection
 from typing import TYPE_CHECKING
 
 from tracetap.store.compact_form import BODIES, PLACEHOLDER, refs_column, template_column
-from tracetap.store.connection import StoreConnection, duckdb_vanished
-from tracetap.store.delta import DELTA_TABLES, dataset, open_table
+from tracetap.store.connection import StoreConnection
+from tracetap.store.delta import DELTA_TABLES, committed_seqs, dataset, open_table
 from tracetap.store.delta import read as read_delta
-from tracetap.store.files import read_parquet, storage_schema
+from tracetap.store.files import storage_schema
+from tracetap.store.live_sessions import read_live
 from tracetap.store.location import ObjectPath, StorePath, is_dir, store_path
-from tracetap.store.log_reading import log_source, sql_string, typed_nulls
+from tracetap.store.log_reading import log_rows
 from tracetap.store.paths import validate_session_id
-from tracetap.store.reading import read_completions, retrying
+from tracetap.store.reading import read_completions, read_sessions, uncommitted
 from tracetap.store.schema import STORED_TABLES, TABLES
-from tracetap.store.snapshot import Snapshot, snapshot
 
 if TYPE_CHECKING:
     import duckdb
@@ -55,11 +52,7 @@ VIEW_COLUMNS = {"completions": (
     ("side_call", "bool", "the request offers no tools while other calls of the session do (a title, "
                           "a summary, a compaction); null without a chat request"),
 )}
-# tables that gained a column since schema version 1: their files are matched by column name (older
-# files read it as NULL), which costs a schema read per file, so only where needed
-GREW_COLUMNS = ("sessions", "completions")
-LISTED_TABLES = [table for table in TABLES if table not in DELTA_TABLES]  # read from listed files
-LOG = "log"  # the pseudo-table of log segments in the set of sources without files
+UNCOMMITTED = {"completions": "tracetap_log", "sessions": "tracetap_live"}  # what writers hold, registered
 _SURROGATE_ESCAPE = r"'\\u[dD][89a-fA-F][0-9a-fA-F]{2}'"  # RE2 for a surrogate's \uXXXX escape
 _SURROGATES_REPLACED = f"regexp_replace(text, {_SURROGATE_ESCAPE}, '\\\\ufffd', 'g')"
 # valid text is kept as it is (at the cost of one more parse); only text DuckDB refuses is rewritten
@@ -67,37 +60,16 @@ PARSEABLE_JSON = f"""CREATE MACRO parseable_json(text) AS CASE WHEN json_valid(t
     WHEN json_valid({_SURROGATES_REPLACED}) THEN {_SURROGATES_REPLACED} END"""
 
 
-def _column_types(con: duckdb.DuckDBPyConnection, table: str) -> list[tuple[str, str]]:
-    """(column, DuckDB type) of every stored column of `table`, as DuckDB reads the storage schema."""
-    empty = con.from_arrow(storage_schema(STORED_TABLES[table]).empty_table())
-    return [(name, str(kind)) for name, kind in zip(empty.columns, empty.types, strict=True)]
+def sql_string(value: str) -> str:
+    """`value` as an SQL string literal."""
+    return "'" + value.replace("'", "''") + "'"
 
 
 def _typed_empty(con: duckdb.DuckDBPyConnection, table: str) -> str:
     """A SELECT with every stored column of `table`, typed, returning no rows."""
-    return f"SELECT {typed_nulls(_column_types(con, table))} WHERE false"
-
-
-def _variable(table: str) -> str:
-    return f"tracetap_{table}"
-
-
-def _logged(con: duckdb.DuckDBPyConnection, empty: frozenset[str]) -> str:
-    """The log rows the rule shows: the snapshot's segments, seq >= the session's covered N."""
-    if LOG in empty:
-        return ""
-    rows = log_source(f"getvariable('{_variable(LOG)}')", _column_types(con, "completions"))
-    covered = f"coalesce(getvariable('{_variable('covered')}')[session_id], 0)"
-    shown = f"getvariable('{_variable('shown_sessions')}')"
-    return (f" UNION ALL BY NAME SELECT * EXCLUDE (filename) FROM ({rows}) WHERE seq >= {covered} "
-            f"AND ({shown} IS NULL OR list_contains({shown}, session_id))")
-
-
-def _delta_source(table: str) -> str:
-    """A Delta table's rows of the version registered before the statement (limited to the shown sessions)."""
-    shown = f"getvariable('{_variable('shown_sessions')}')"
-    only_shown = "" if table == "rollouts" else f" WHERE {shown} IS NULL OR list_contains({shown}, session_id)"
-    return f"SELECT * FROM {_registered(table)}{only_shown}"
+    empty = con.from_arrow(storage_schema(STORED_TABLES[table]).empty_table())
+    return "SELECT " + ", ".join(f'NULL::{kind} AS "{name}"' for name, kind in
+                                 zip(empty.columns, empty.types, strict=True)) + " WHERE false"
 
 
 def _registered(table: str) -> str:
@@ -105,17 +77,16 @@ def _registered(table: str) -> str:
 
 
 def _source(con: duckdb.DuckDBPyConnection, table: str, empty: frozenset[str]) -> str:
-    """`table`'s stored rows: its typed empty select, plus its files (the Delta table's version, or the
-    files its variable lists) unless it has none, plus for completions the visible log rows."""
-    logged = _logged(con, empty) if table == "completions" else ""
-    if table in empty:
-        return _typed_empty(con, table) + logged
-    if table in DELTA_TABLES:
-        return f"SELECT * FROM ({_typed_empty(con, table)}) UNION ALL BY NAME {_delta_source(table)}"
-    by_name = "true" if table in GREW_COLUMNS else "false"
-    scan = (f"SELECT * FROM read_parquet(getvariable('{_variable(table)}'), hive_partitioning = false, "
-            f"union_by_name = {by_name})")
-    return f"SELECT * FROM ({_typed_empty(con, table)}) UNION ALL BY NAME {scan}{logged}"
+    """`table`'s stored rows: its typed empty select, plus the registered version unless it has none (limited
+    to the shown sessions), plus what writers hold uncommitted (completions, sessions)."""
+    union = [_typed_empty(con, table)]
+    if table not in empty:
+        shown = "getvariable('tracetap_shown_sessions')"
+        only_shown = "" if table == "rollouts" else f" WHERE {shown} IS NULL OR list_contains({shown}, session_id)"
+        union.append(f"SELECT * FROM {_registered(table)}{only_shown}")
+    if table in UNCOMMITTED:
+        union.append(f"SELECT * FROM {UNCOMMITTED[table]}")
+    return " UNION ALL BY NAME ".join(f"SELECT * FROM ({select})" for select in union)
 
 
 def _columns(table: str, tables: dict = TABLES) -> str:
@@ -189,26 +160,26 @@ def _completions_sql(con: duckdb.DuckDBPyConnection, empty: frozenset[str]) -> s
 def _view_sql(con: duckdb.DuckDBPyConnection, table: str, empty: frozenset[str]) -> str:
     if table == "completions":
         return _completions_sql(con, empty)
-    return f"SELECT {_columns(table)} FROM ({_source(con, table, empty)})"
+    current = (" QUALIFY row_number() OVER (PARTITION BY session_id ORDER BY coalesce(revision, 0) DESC) = 1"
+               if table == "sessions" else "")
+    return f"SELECT {_columns(table)} FROM ({_source(con, table, empty)}){current}"
 
 
 class _Views:
-    """One connection's views, pointed before every statement at the files of a fresh snapshot.
-
-    DuckDB reads no empty file list, and with `allow_empty` it would skip a listed file that vanished
-    instead of failing (and so being retried): a table without files gets a view over no file at all,
-    and the views are made again whenever the set of tables without files changes.
-    """
+    """One connection's views, brought before every statement to what writers hold now and to each table's
+    latest version. A view over a table without a commit yet has no dataset to read: the views are made
+    again whenever the set of such tables changes."""
 
     def __init__(self, con: duckdb.DuckDBPyConnection, root: StorePath, session_ids: list[str] | None) -> None:
         self.con, self.root, self.session_ids = con, root, session_ids
-        self.empty: frozenset[str] | None = None  # the tables without files the views were made for
+        self.empty: frozenset[str] | None = None  # the tables without a commit the views were made for
         self.deltas: dict[str, DeltaTable] = {}  # each Delta table as last registered, by name
         self.registered: dict[str, int] = {}  # the version of each registered one
+        self.covered: dict[str, int] = {}  # calls per session in the registered completions version
 
     def _delta(self, table: str) -> DeltaTable | None:
         """`table` at its latest version, registered for the views (its dataset made again only when a
-        commit came since: making one costs ~0.8 ms a file); None before its first commit."""
+        commit came since); None before its first commit."""
         delta = self.deltas.get(table)
         if delta is None:
             delta = open_table(self.root, table)
@@ -217,31 +188,22 @@ class _Views:
         if delta is not None and self.registered.get(table) != delta.version():
             self.con.register(_registered(table), dataset(delta, table, self.session_ids))
             self.deltas[table], self.registered[table] = delta, delta.version()
+            if table == "completions":
+                self.covered = committed_seqs(delta, self.session_ids)
         return delta
 
     def refresh(self) -> None:
-        listed = snapshot(self.root, LISTED_TABLES, self.session_ids)
-        files = {table: listed.files(table) for table in LISTED_TABLES}
-        for table, paths in files.items():
-            if paths:
-                self.con.execute(f"SET VARIABLE {_variable(table)} = $1", [paths])
-        self._set_log(listed)
+        logged = log_rows(self.root, session_ids=self.session_ids)  # before the tables: store/reading.py
+        live = read_live(self.root, self.session_ids)
         versions = {table: self._delta(table) for table in DELTA_TABLES}
-        empty = frozenset([*(table for table, paths in [*files.items(), (LOG, listed.log)] if not paths),
-                           *(table for table, delta in versions.items() if delta is None)])
-        if empty != self.empty:  # making a view reads its files' schemas: a vanished one fails it, retried
+        self.con.register(UNCOMMITTED["completions"], uncommitted(logged, self.covered))
+        self.con.register(UNCOMMITTED["sessions"], live)
+        self.con.execute("SET VARIABLE tracetap_shown_sessions = $1::VARCHAR[]", [self.session_ids])
+        empty = frozenset(table for table, delta in versions.items() if delta is None)
+        if empty != self.empty:
             self.con.execute("; ".join(f"CREATE OR REPLACE VIEW {table} AS {_view_sql(self.con, table, empty)}"
                                        for table in TABLES))
             self.empty = empty
-
-    def _set_log(self, listed: Snapshot) -> None:
-        """The log segments, each session's covered N and the sessions the view shows (NULL: all)."""
-        covered = {sid: n for sid, n in listed.covered().items() if n}
-        self.con.execute(f"SET VARIABLE {_variable('covered')} = MAP($1::VARCHAR[], $2::INTEGER[])",
-                         [list(covered), list(covered.values())])
-        self.con.execute(f"SET VARIABLE {_variable('shown_sessions')} = $1::VARCHAR[]", [self.session_ids])
-        if listed.log:
-            self.con.execute(f"SET VARIABLE {_variable(LOG)} = $1", [list(listed.log)])
 
 
 def connect(root: StorePath | str, decode: Callable[[list[int]], str] | None = None,
@@ -269,7 +231,7 @@ def connect(root: StorePath | str, decode: Callable[[list[int]], str] | None = N
     if isinstance(root, ObjectPath):
         con.register_filesystem(root.fs)
     views = _Views(con, root if isinstance(root, ObjectPath) else root.resolve(), wanted)
-    retrying(views.refresh, duckdb_vanished)
+    views.refresh()
     if decode is not None:
         con.create_function("decode", lambda ids: decode(list(ids)), ["INTEGER[]"], "VARCHAR")
     return StoreConnection(con, views.refresh)
@@ -286,7 +248,7 @@ def scan(root: StorePath | str, table: str) -> polars.LazyFrame:
 
     def source(with_columns: list[str] | None, predicate: polars.Expr | None, n_rows: int | None,
                batch_size: int | None):
-        yield retrying(lambda: _collect(store_path(root), table, schema, with_columns, predicate, n_rows))
+        yield _collect(store_path(root), table, schema, with_columns, predicate, n_rows)
 
     return register_io_source(source, schema=schema, explain_name=f"tracetap {table}")
 
@@ -310,7 +272,7 @@ def _collect(root: StorePath, table: str, schema: polars.Schema, with_columns: l
     if table == "completions":
         frame = _completions_frame(root, schema, with_columns, predicate)
     else:
-        frame = _table_frame(root, table, schema)
+        frame = _table_frame(root, table)
     if predicate is not None:
         frame = frame.filter(predicate)
     if with_columns is not None:
@@ -318,16 +280,9 @@ def _collect(root: StorePath, table: str, schema: polars.Schema, with_columns: l
     return (frame if n_rows is None else frame.head(n_rows)).collect()
 
 
-def _table_frame(root: StorePath, table: str, schema: polars.Schema) -> polars.LazyFrame:
-    """A table other than completions: Polars scans local files itself; objects are read by pyarrow
-    through the store's filesystem (Polars would reach the bucket with credentials of its own)."""
+def _table_frame(root: StorePath, table: str) -> polars.LazyFrame:
+    """A table other than completions, read at its latest version (sessions: with the writers' live rows)."""
     import polars
 
-    if table in DELTA_TABLES:
-        return polars.DataFrame(read_delta(open_table(root, table), table)).lazy()
-    files = snapshot(root, [table]).files(table)
-    if not files:
-        return polars.LazyFrame(schema=schema)
-    if isinstance(root, ObjectPath):
-        return polars.DataFrame(read_parquet(files, TABLES[table])).lazy()
-    return polars.scan_parquet(files, schema=schema, hive_partitioning=False, missing_columns="insert")
+    rows = read_sessions(root) if table == "sessions" else read_delta(open_table(root, table), table)
+    return polars.DataFrame(rows.select(TABLES[table].names)).lazy()

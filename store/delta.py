@@ -31,12 +31,17 @@ if TYPE_CHECKING:
     import pyarrow.dataset
     from deltalake import DeltaTable
 
-# partition columns: a rebuild replaces a session's traces by dropping its files, never by rewriting a file
-# shared with other sessions (a build's commit of 8 sessions over 64-session files took ~240 ms, 30 ms a session)
-DELTA_TABLES: dict[str, tuple[str, ...]] = {"rewards": (), "trajectories": ("builder", "session_id"), "rollouts": ()}
+# partition columns: completions keep the per-session layout readers prune by, and a rebuild of traces drops a
+# session's files, never rewriting a file shared with other sessions (a build's commit of 8 sessions over
+# 64-session files took ~240 ms, 30 ms a session)
+DELTA_TABLES: dict[str, tuple[str, ...]] = {"completions": ("session_id",), "sessions": (), "rewards": (),
+                                            "trajectories": ("builder", "session_id"), "rollouts": ()}
 # every 10th commit writes a checkpoint: a writer opening the table replays at most 9 JSON commits (at Delta's
 # default of 100, a commit cost 13 ms on a fresh table and ~60 ms 90 commits later; 17 ms with 10)
 TABLE_CONFIGURATION = {"delta.checkpointInterval": "10"}
+# completions keep file statistics of session_id and seq only: what covered seqs and pruning read (statistics
+# of every column would copy up to 32 columns' bounds, JSON text included, into each commit)
+INDEXED_COLUMNS = {"completions": "2"}
 DELTA_PROTOCOLS = ("s3", "s3a", "gs", "az", "abfs", "abfss")  # object stores deltalake commits to
 WRITER_KEY = "tracetap.writer"  # commit metadata naming what wrote a version (a command, a gateway)
 COMMIT_ATTEMPTS = 30  # a write racing others commits again on the new version, this many times at most
@@ -50,14 +55,17 @@ def table_uri(root: StorePath | str, table: str) -> str:
     return str(store_path(root) / table)
 
 
+UNCOMMITTED = {"completions": " Calls not yet compacted are in the writers' group-commit logs (`log/*.jsonl`).",
+               "sessions": " Rows of sessions changed since their last commit are in the writers' live files "
+                           "(`log/*.sessions.parquet`); the row with the highest `revision` is current."}
+
+
 def table_layout(table: str) -> str:
-    """How `table` is kept, in a sentence for the docs."""
-    if table not in DELTA_TABLES:
-        return (f"Per-session Parquet files under `{table}/session_id=<sid>/`"
-                + (" plus the group-commit log (`log/`)." if table == "completions" else "."))
+    """How `table` is kept, in a sentence or two for the docs."""
     partitions = DELTA_TABLES[table]
     by = f", partitioned by {' and '.join(partitions)}" if partitions else ""
-    return f"A Delta table at `{table}/`{by}: every write is one commit; `tracetap history` lists them."
+    return (f"A Delta table at `{table}/`{by}: every write is one commit; `tracetap history` lists them."
+            + UNCOMMITTED.get(table, ""))
 
 
 def storage_options(root: StorePath | str) -> dict[str, str] | None:
@@ -70,6 +78,12 @@ def storage_options(root: StorePath | str) -> dict[str, str] | None:
     if os.environ.get("AWS_ENDPOINT_URL", "").startswith("http://"):
         options["AWS_ALLOW_HTTP"] = "true"
     return options
+
+
+def configuration(table: str) -> dict[str, str]:
+    """The Delta table properties `table` is created with."""
+    indexed = INDEXED_COLUMNS.get(table)
+    return TABLE_CONFIGURATION | ({"delta.dataSkippingNumIndexedCols": indexed} if indexed else {})
 
 
 def storage_schema(table: str) -> pa.Schema:
@@ -109,7 +123,7 @@ def _ensure(root: StorePath, table: str, writer: str) -> None:
         raise outdated(root, version)  # a Delta table beside it would split (migrate_tables.py)
     try:
         DeltaTable.create(uri, storage_schema(table), partition_by=list(DELTA_TABLES[table]) or None,
-                          mode="ignore", storage_options=options, configuration=TABLE_CONFIGURATION,
+                          mode="ignore", storage_options=options, configuration=configuration(table),
                           commit_properties=CommitProperties(custom_metadata={WRITER_KEY: writer}))
     except Exception:
         if not DeltaTable.is_deltatable(uri, options):
@@ -155,6 +169,22 @@ def dataset(delta: DeltaTable, table: str, session_ids: list[str] | None = None)
     if not session_ids or "session_id" not in DELTA_TABLES[table]:  # none: the caller filters rows
         return delta.to_pyarrow_dataset()
     return delta.to_pyarrow_dataset(file_pruning_predicate=[("session_id", "in", session_ids)])
+
+
+def committed_seqs(delta: DeltaTable | None, session_ids: Iterable[str] | None = None) -> dict[str, int]:
+    """How many calls one version of completions holds per session (all sessions, or `session_ids`): one past
+    the highest seq in the statistics of its files, no file read (compaction commits a session's seqs
+    0, 1, 2, ... in order, so its rows are exactly seqs 0..N-1)."""
+    if delta is None:
+        return {}
+    actions = pa.table(delta.get_add_actions(flatten=True))
+    if not actions.num_rows:
+        return {}
+    sids = actions.column("partition.session_id")
+    if session_ids is not None:
+        actions = actions.filter(pc.is_in(sids, pa.array(list(session_ids), pa.string())))
+    grouped = actions.group_by("partition.session_id").aggregate([("max.seq", "max")])
+    return dict(zip(grouped.column(0).to_pylist(), (top + 1 for top in grouped.column(1).to_pylist()), strict=True))
 
 
 def sql_in(column: str, values: Iterable[str]) -> str:

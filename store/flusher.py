@@ -1,7 +1,8 @@
-"""A background thread that runs deferred saves, coalescing repeated requests for the same key.
+"""A background thread that runs deferred saves in batches, coalescing repeated requests for the same key.
 
-The writer uses it for session summary rows: they are derived data (recounted from the completions
-on the next load if a crash loses one), so rewriting them need not sit on the gateway's per-call path.
+The writer uses it twice: for its live session rows (derived data, recounted from the completions on
+the next load if a crash loses one), so rewriting them need not sit on the gateway's per-call path; and
+as its compactor, which commits whatever sessions were handed to it meanwhile in one commit.
 """
 
 from __future__ import annotations
@@ -19,10 +20,10 @@ K = TypeVar("K", bound=Hashable)
 
 
 class Flusher(BackgroundThread, Generic[K]):
-    """Calls `save(key)` soon after `submit(key)`; many submits of one key before it runs make one save.
-    `close()` runs what is pending, then stops the thread."""
+    """Calls `save(keys)` soon after `submit(key)`, with every key submitted since the last save (many
+    submits of one key make one entry). `close()` runs what is pending, then stops the thread."""
 
-    def __init__(self, save: Callable[[K], None], name: str = "tracetap-flusher",
+    def __init__(self, save: Callable[[list[K]], None], name: str = "tracetap-flusher",
                  delay: float = 0.0) -> None:
         super().__init__(name)
         self._save = save
@@ -32,7 +33,7 @@ class Flusher(BackgroundThread, Generic[K]):
         self._urgent = False
 
     def submit(self, key: K) -> None:
-        """Schedule `save(key)`; after close() it runs right here instead."""
+        """Schedule `key` for the next save; after close() it is saved right here instead."""
         with self._cond:
             closed, idle = self._closed, not self._pending
             if not closed:
@@ -41,7 +42,7 @@ class Flusher(BackgroundThread, Generic[K]):
             if idle:  # a thread waiting out the delay needs no wake-up per submit (each costs a GIL hand-off)
                 self._cond.notify_all()
         if closed:
-            self._save(key)
+            self._save([key])
 
     def flush(self) -> None:
         """Block until every save submitted so far has run."""
@@ -54,16 +55,15 @@ class Flusher(BackgroundThread, Generic[K]):
         while True:
             with self._cond:
                 self._cond.wait_for(lambda: self._pending or self._closed)
-                if self._delay:  # a burst of calls to one session becomes one save
+                if self._delay:  # a burst of calls becomes one save
                     self._cond.wait_for(lambda: self._closed or self._urgent, timeout=self._delay)
                 if not self._pending:
                     return
                 keys, self._pending, self._busy, self._urgent = list(self._pending), {}, True, False
-            for key in keys:
-                try:
-                    self._save(key)
-                except Exception:  # the next submit retries; one bad save must not stop the thread
-                    log.exception("deferred save of %r failed", key)
+            try:
+                self._save(keys)
+            except Exception:  # the next submit retries; one bad save must not stop the thread
+                log.exception("deferred save of %r failed", keys)
             with self._cond:
                 self._busy = False
                 self._cond.notify_all()

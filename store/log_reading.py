@@ -1,10 +1,8 @@
-"""Reading the group-commit log (store/commit_log.py): its rows for the Python read, its SQL source.
+"""Reading the group-commit log (store/commit_log.py): which sessions and seqs it holds, and its rows.
 
 A line is a row when it is whole: it ends with the end mark (the row's last field) and parses. A line
-cut by a crash lacks the mark and is never visible, in Python as in SQL (DuckDB's
-`read_ndjson(ignore_errors=true)` turns such a line into a row of NULLs, which the mark filters out).
-Which log rows a reader shows is the store's one visibility rule (store/compaction.py): a session's
-rows with seq >= N, N its highest part.
+cut by a crash lacks the mark and is never visible.
+A reader shows a session's log rows the completions table does not hold yet (store/reading.py).
 
 A segment only grows while its writer lives, so each process keeps an index of every segment it read
 (where each session's lines are, not the rows) and extends it by what was appended since. On an object
@@ -30,7 +28,6 @@ from tracetap.store.paths import log_segments
 from tracetap.store.schema import STORED_COMPLETIONS
 
 LINE_HEAD = re.compile(rb'\{"session_id":"([^"\\]+)","seq":(\d+),')
-MAX_LINE_BYTES = 2**31 - 1  # DuckDB's maximum_object_size: no row is ever too long to read
 _STORAGE = storage_schema(STORED_COMPLETIONS)
 _TIMESTAMPS = [f.name for f in STORED_COMPLETIONS if pa.types.is_timestamp(f.type)]
 
@@ -101,8 +98,8 @@ def _index(path: StorePath) -> dict[str, list[Span]]:
 
 def _listed_index(path: StorePath) -> dict[str, list[Span]]:
     """_index, with a segment deleted since it was listed counting as empty: a writer deletes a segment only
-    once part files hold all its rows, so a caller that lists the sessions' directories after this call
-    (not before) finds those rows there."""
+    once the completions table holds all its rows, so a caller that reads the table after this call (not
+    before) finds those rows there."""
     try:
         return _index(path)
     except FileNotFoundError:
@@ -115,14 +112,13 @@ def segment_sessions(path: StorePath) -> dict[str, int]:
 
 
 def log_seqs(root: StorePath | str, sid: str) -> list[int]:
-    """The seqs of one session's whole rows in the log, from the index (no row is decoded); list the
-    session's parts after this call (_listed_index)."""
+    """The seqs of one session's whole rows in the log, from the index (no row is decoded); read the
+    table after this call (_listed_index)."""
     return [seq for path in _segments(store_path(root)) for seq, _, _ in _listed_index(path).get(sid, [])]
 
 
 def logged_sessions(root: StorePath | str) -> set[str]:
-    """Every session with a whole row in the log; list the sessions' directories after this call
-    (_listed_index)."""
+    """Every session with a whole row in the log; read the table after this call (_listed_index)."""
     return {sid for path in log_segments(root) for sid in segment_sessions(path)}
 
 
@@ -165,42 +161,18 @@ def _local_lines(path: Path, spans: list[Span]) -> Iterator[bytes]:
 
 
 def log_rows(root: StorePath | str, sid: str | None = None, columns: list[str] | None = None,
-             segments: list[StorePath] | None = None, session_ids: Collection[str] | None = None) -> pa.Table:
-    """The log's whole rows (of one session, of `session_ids`, or all), typed as the completions
-    storage schema; from `segments` when given (a snapshot's listing), else from the log's segments now.
-
-    Raises FileNotFoundError when compaction deleted a segment meanwhile: run it under `retrying`.
-    """
+             session_ids: Collection[str] | None = None) -> pa.Table:
+    """The log's whole rows (of one session, of `session_ids`, or all), typed as the completions storage
+    schema. A segment deleted meanwhile counts as empty: its writer deleted it once the completions table
+    held its rows, so a caller that reads the table after this call finds them there."""
     wanted_ids = None if sid is None and session_ids is None else {*(session_ids or ()), *([sid] if sid else [])}
     rows = []
-    for path in _segments(store_path(root)) if segments is None else segments:
-        sessions = _index(path)
+    for path in _segments(store_path(root)):
+        sessions = _listed_index(path)
         chosen = sessions.values() if wanted_ids is None else [sessions.get(one, []) for one in wanted_ids]
-        rows += _read_rows(path, sorted(span for spans in chosen for span in spans))
+        try:
+            rows += _read_rows(path, sorted(span for spans in chosen for span in spans))
+        except FileNotFoundError:
+            continue
     target = _STORAGE if columns is None else pa.schema([_STORAGE.field(name) for name in columns])
     return pa.Table.from_pylist(rows, schema=target)
-
-
-def sql_string(value: str) -> str:
-    """`value` as an SQL string literal."""
-    return "'" + value.replace("'", "''") + "'"
-
-
-def typed_nulls(column_types: list[tuple[str, str]]) -> str:
-    """`NULL::<type> AS "<column>"` for each column: the SELECT list of a typed empty row set."""
-    return ", ".join(f'NULL::{kind} AS "{name}"' for name, kind in column_types)
-
-
-def log_source(files: str, column_types: list[tuple[str, str]]) -> str:
-    """A SELECT of the whole rows of the segments `files` (an SQL expression: a list of paths) for
-    DuckDB, `filename` included, given each column's SQL type.
-
-    The typed empty row set in the union keeps the columns when no segment exists (DuckDB then
-    reads one column, `empty`, whatever `columns` says)."""
-    types = ", ".join(f"{sql_string(name)}: {sql_string(kind)}" for name, kind in column_types)
-    names = ", ".join(f'"{name}"' for name, _ in column_types)
-    typed = typed_nulls([*column_types, ("filename", "VARCHAR"), ("_end", "INTEGER")])
-    scan = (f"SELECT * FROM read_ndjson({files}, columns = {{{types}, '_end': 'INTEGER'}}, "
-            "format = 'newline_delimited', ignore_errors = true, filename = true, "
-            f"maximum_object_size = {MAX_LINE_BYTES})")
-    return f"SELECT {names}, filename FROM (SELECT {typed} WHERE false UNION ALL BY NAME {scan}) WHERE _end = 1"

@@ -1,17 +1,23 @@
-"""Schema version 3's switch of `rewards`, `trajectories` and `rollouts` to Delta tables (store/delta.py).
+"""Schema version 3's switch of every table to a Delta table (store/delta.py).
 
-Up to version 2 each was a tree of files: `rewards/session_id=<sid>/<evaluator>.parquet`,
+Up to version 2 each was a tree of files: `completions/session_id=<sid>/` (a part file `part-<n>.parquet`
+holding seqs 0..n-1 and per-call files `<seq:08d>-<id>.parquet`, plus the rows of the group-commit log),
+`sessions/session_id=<sid>/session.parquet`, `rewards/session_id=<sid>/<evaluator>.parquet`,
 `trajectories/builder=<b>/session_id=<sid>/*.parquet` and `rollouts/task_id=<id>/task.json`. A table is
 switched on its own, in steps that each leave a state the next run recognises:
 
 1. the old tree is renamed to a hidden staging name, `.<table>.v2` (one atomic rename);
 2. its rows, each checked against the schema, become the Delta table at `<table>/` in one commit, which
-   creates the table: before that commit there is no table, after it every row is in it;
-3. the staging tree is renamed to `.<table>.v2.done`, then deleted.
+   creates the table: before that commit there is no table, after it every row is in it. A session's
+   completions are what version 2 showed (its highest part, the per-call files past it, then its log rows
+   past those), in the compact form (version 1 stored whole rows);
+3. the staging tree is renamed to `.<table>.v2.done`, then (completions) the log segments go, then it is
+   deleted.
 
 A run that finds a staging tree was stopped in step 2 (or just after): it drops whatever Delta table
 `<table>/` holds and writes it again from the staging tree, so no row is lost or written twice. A
-`.done` tree is what step 3 had not finished deleting. Local stores only (store/migrate.py).
+`.done` tree is what step 3 had not finished deleting; log rows left behind are committed once by the
+next writer (store/compaction.py). Local stores only (store/migrate.py).
 """
 
 from __future__ import annotations
@@ -26,15 +32,20 @@ from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
-from tracetap.store.delta import DELTA_TABLES, TABLE_CONFIGURATION, WRITER_KEY, storage_schema, table_uri
+from tracetap.store import migrate_completions
+from tracetap.store.delta import DELTA_TABLES, WRITER_KEY, configuration, storage_schema, table_uri
 from tracetap.store.files import StoreError, read_parquet
-from tracetap.store.location import fsync_dir
-from tracetap.store.paths import validate_name
+from tracetap.store.location import fsync_dir, remove
+from tracetap.store.log_reading import log_rows
+from tracetap.store.paths import LOG_DIR, log_segments, validate_name
 from tracetap.store.schema import STORED_TABLES
 from tracetap.store.tables import rows_to_table
 
-OLD_FILES = {"rewards": "session_id=*/*.parquet", "trajectories": "builder=*/session_id=*/*.parquet",
+OLD_FILES = {"completions": "session_id=*/*.parquet", "sessions": "session_id=*/session.parquet",
+             "rewards": "session_id=*/*.parquet", "trajectories": "builder=*/session_id=*/*.parquet",
              "rollouts": "task_id=*/task.json"}  # each table's data files in the old layout, as globs
+LOOSE_NAME = re.compile(r"(\d{8,})-(.+)\.parquet")  # version 2's per-call files and part files
+PART_NAME = re.compile(r"part-(\d+)\.parquet")
 DELTA_FILE = re.compile(r"part-\d{5}-[0-9a-f-]{36}-c\d{3}(\.[a-z0-9]+)?\.parquet")  # deltalake's data file names
 WRITER = "tracetap migrate"  # the Delta commit's writer (`tracetap history`)
 
@@ -53,10 +64,10 @@ def pending(root: Path, table: str) -> Path | None:
     if _staging(root, table).is_dir():
         return _staging(root, table)
     directory = root / table
-    if not directory.is_dir() or not any(directory.iterdir()):
-        return None
     if not (directory / "_delta_log").exists():
-        return directory
+        if directory.is_dir() and any(directory.iterdir()):
+            return directory
+        return directory if table == "completions" and log_segments(root) else None  # calls all in the log
     if old_files(directory, table):  # files deltalake did not name: the old layout
         raise StoreError(f"{directory} holds both a Delta table and files of the old layout (a newer tracetap "
                          "wrote into the store before it was migrated): migrate cannot tell which rows are current; "
@@ -71,11 +82,17 @@ def old_files(directory: Path, table: str) -> list[Path]:
                   if not path.name.startswith(".") and not DELTA_FILE.fullmatch(path.name))
 
 
-def count(directory: Path, table: str) -> tuple[int, int]:
-    """(rows, files) an old-layout tree holds, from file footers alone: what a dry run reports."""
+def count(root: Path, directory: Path, table: str) -> tuple[int, int]:
+    """(rows, files) an old-layout tree holds, from file footers alone (completions: of the files readers
+    showed, plus the log's rows): what a dry run reports."""
     files = old_files(directory, table)
     if table == "rollouts":
         return len(files), len(files)
+    if table == "completions":
+        logged = log_rows(root, columns=["session_id", "seq"])
+        sids = migrate_completions.session_ids(directory, logged)
+        shown = [path for sid in sids for path in migrate_completions.visible_files(directory / f"session_id={sid}")]
+        return sum(map(_footer_rows, shown)) + logged.num_rows, len(files)
     return sum(map(_footer_rows, files)), len(files)
 
 
@@ -93,13 +110,19 @@ def convert(root: Path, table: str) -> tuple[int, int] | None:
     if source is None:
         return None
     staging = _staging(root, table)
+    if not source.exists():
+        source.mkdir()  # completions all in the log
     if source != staging:
         _rename(source, staging)
     _remove(root / table)  # a table an interrupted run may have left: its rows are all in staging
     files = old_files(staging, table)
-    rows = _commit(root, table, files)
+    rows = _commit(root, table, _Rows(table, files) if table != "completions" else _Sessions(root, staging))
     _make_durable(root / table)  # before the rows' only other copy goes (deltalake promises no fsync)
     _rename(staging, _done(root, table))
+    if table == "completions":
+        for segment in log_segments(root):
+            remove(segment)
+        fsync_dir(root / LOG_DIR)
     _remove(_done(root, table))
     return rows, len(files)
 
@@ -125,16 +148,15 @@ def _make_durable(directory: Path) -> None:
                 os.close(descriptor)
 
 
-def _commit(root: Path, table: str, files: list[Path]) -> int:
-    """Write the rows of `files` as a new Delta table in one commit, streamed file by file; rows written.
-    A file that cannot be read or whose rows do not fit the schema stops it before the commit."""
+def _commit(root: Path, table: str, rows: _Rows | _Sessions) -> int:
+    """Write `rows` as a new Delta table in one commit, streamed file by file (session by session); rows
+    written. A file that cannot be read or whose rows do not fit the schema stops it before the commit."""
     from deltalake import CommitProperties, write_deltalake
 
-    rows = _Rows(table, files)
     stream = pa.RecordBatchReader.from_batches(storage_schema(table), rows.batches())
     try:
         write_deltalake(table_uri(root, table), stream, mode="error", partition_by=list(DELTA_TABLES[table]) or None,
-                        configuration=TABLE_CONFIGURATION,
+                        configuration=configuration(table),
                         commit_properties=CommitProperties(custom_metadata={WRITER_KEY: WRITER}))
     except Exception:
         if rows.failure is not None:  # deltalake wraps it in its own error, traceback and all
@@ -158,6 +180,24 @@ class _Rows:
                 checked = _checked(self.table, path)
             except (ValueError, KeyError, TypeError, OSError) as error:
                 self.failure = StoreError(f"{path} cannot be migrated: {error}")
+                raise self.failure from None
+            self.count += checked.num_rows
+            yield from checked.to_batches()
+
+
+class _Sessions(_Rows):
+    """Version 2's completions, session by session (store/migrate_completions.py), checked; counted as _Rows."""
+
+    def __init__(self, root: Path, directory: Path) -> None:
+        super().__init__("completions", [])
+        self.root, self.directory = root, directory
+
+    def batches(self) -> Iterator[pa.RecordBatch]:
+        for sid, rows in migrate_completions.all_sessions(self.directory, self.root):
+            try:
+                checked = rows_to_table("completions", rows.to_pylist())
+            except (ValueError, KeyError, TypeError) as error:
+                self.failure = StoreError(f"session {sid} cannot be migrated: {error}")
                 raise self.failure from None
             self.count += checked.num_rows
             yield from checked.to_batches()

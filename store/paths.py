@@ -7,7 +7,6 @@ checked to stay under the store root.
 
 from __future__ import annotations
 
-import os
 import re
 from pathlib import Path
 from typing import overload
@@ -15,12 +14,10 @@ from typing import overload
 from tracetap.store.location import ObjectPath, StorePath, list_names, store_path
 
 SESSION_ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
-LOOSE_NAME = re.compile(r"^(\d{8,})-(.+)\.parquet$")
-PART_NAME = re.compile(r"^part-(\d+)\.parquet$")
 SEGMENT_NAME = re.compile(r"^([A-Za-z0-9]+)-(\d{6,})\.jsonl$")
+LIVE_NAME = re.compile(r"^([A-Za-z0-9]+)\.sessions\.parquet$")
 VERSION_FILE = "VERSION"
 LOG_DIR = "log"
-TABLE_DEPTH = {"completions": 1, "sessions": 1}  # tables of per-session files (the others: store/delta.py)
 
 
 class InvalidSessionId(ValueError):
@@ -71,37 +68,6 @@ def grant_file(root: StorePath, kind: str, name: str) -> StorePath:
     return _under(root, "grants", kind, name)
 
 
-def session_of(directory: StorePath | str) -> tuple[StorePath, str]:
-    """(store root, session id) of a `completions/session_id=<sid>` directory."""
-    directory = store_path(directory)
-    return directory.parent.parent, directory.name.removeprefix("session_id=")
-
-
-@overload
-def session_dir(root: Path, table: str, sid: str, builder: str | None = None) -> Path: ...
-@overload
-def session_dir(root: ObjectPath, table: str, sid: str, builder: str | None = None) -> ObjectPath: ...
-@overload
-def session_dir(root: StorePath, table: str, sid: str, builder: str | None = None) -> StorePath: ...
-def session_dir(root: StorePath, table: str, sid: str, builder: str | None = None) -> StorePath:
-    """`<table>/session_id=<sid>` (trajectories: `trajectories/builder=<b>/session_id=<sid>`)."""
-    part = f"session_id={validate_session_id(sid)}"
-    if table == "trajectories":
-        return _under(root, table, f"builder={validate_name(builder, 'builder')}", part)
-    if table not in TABLE_DEPTH:
-        raise ValueError(f"unknown table {table!r}")
-    return _under(root, table, part)
-
-
-def completion_name(seq: int, completion_id: str) -> str:
-    return f"{seq:08d}-{validate_name(completion_id, 'completion id')}.parquet"
-
-
-def part_name(covered: int) -> str:
-    """A compacted file; `covered` is how many seqs (0..covered-1) it holds, see compaction."""
-    return f"part-{covered}.parquet"
-
-
 def segment_name(writer_id: str, number: int) -> str:
     """A group-commit log segment: `<writer-id>-<number:06d>.jsonl` (see store/commit_log.py)."""
     if not re.fullmatch(r"[A-Za-z0-9]+", validate_name(writer_id, "writer id")):
@@ -123,41 +89,13 @@ def log_segments(root: StorePath | str) -> list[StorePath]:
     return [directory / name for name in _listed(directory) if SEGMENT_NAME.match(name)]
 
 
-def session_file(root: StorePath, sid: str) -> StorePath:
-    return session_dir(root, "sessions", sid) / "session.parquet"
+def live_file(root: StorePath, writer_id: str) -> StorePath:
+    """A writer's live session rows (store/live_sessions.py): `log/<writer-id>.sessions.parquet`."""
+    segment_name(writer_id, 0)  # checks the id
+    return store_path(root) / LOG_DIR / f"{writer_id}.sessions.parquet"
 
 
-def data_files(directory: StorePath | str) -> list[str]:
-    """Complete data files in one partition directory (hidden and temp names skipped), sorted.
-
-    Paths as strings (URLs on an object store): readers list thousands of them per statement, and a
-    string costs far less to make than a Path (DuckDB and pyarrow take either)."""
-    try:
-        names = list_names(directory)
-    except (FileNotFoundError, NotADirectoryError):
-        return []
-    prefix = f"{directory}/"
-    return [prefix + name for name in sorted(names) if name.endswith(".parquet") and not name.startswith(".")]
-
-
-def loose_seq(path: Path | str) -> int | None:
-    """The seq in a per-completion file name, or None for any other file."""
-    match = LOOSE_NAME.match(os.path.basename(path))
-    return int(match.group(1)) if match else None
-
-
-def part_covered(path: Path | str) -> int | None:
-    """How many seqs a part file covers, or None when it is not a part file."""
-    match = PART_NAME.match(os.path.basename(path))
-    return int(match.group(1)) if match else None
-
-
-def classify(directory: StorePath | str) -> tuple[dict[int, str], dict[int, str]]:
-    """(part files by how many seqs they cover, per-completion files by seq) in one session directory."""
-    parts, loose = {}, {}
-    for path in data_files(directory):
-        if (covered := part_covered(path)) is not None:
-            parts[covered] = path
-        elif (seq := loose_seq(path)) is not None:
-            loose[seq] = path
-    return parts, loose
+def live_files(root: StorePath | str) -> list[StorePath]:
+    """Every writer's live session rows file."""
+    directory = store_path(root) / LOG_DIR
+    return [directory / name for name in _listed(directory) if LIVE_NAME.match(name)]

@@ -1,10 +1,11 @@
 """The store's reader API: what builders, exports, evaluators, replay, the viewer and the CLI read.
 
-Every read lists the files it needs with the one visibility rule (store/snapshot.py) and runs through
-`retrying` (store/reading.py), so it answers for the store as of one listing, whatever compaction
-does meanwhile. Reads that name sessions list only those sessions' partitions: a read of one session
-costs the same in a store of ten sessions or of ten thousand. Tables come back as Arrow tables (the
-token columns stay columnar); small per-session rows (sessions, rewards, tasks) as dicts.
+Every table is a Delta table (store/delta.py). Completions and sessions are read with what writers hold
+uncommitted (store/reading.py), each read as of the moment it runs; rewards, trajectories and rollouts
+at one version, pinned at a reader's first read of them. Reads that name sessions read only those
+sessions' partitions: a read of one session costs about the same in a store of ten sessions or of ten
+thousand. Tables come back as Arrow tables (the token columns stay columnar); small per-session rows
+(sessions, rewards, tasks) as dicts.
 """
 
 from __future__ import annotations
@@ -17,15 +18,13 @@ import pyarrow.compute as pc
 from tracetap.store.catalog import connect
 from tracetap.store.compaction import recorded_sessions
 from tracetap.store.connection import StoreConnection
-from tracetap.store.delta import DELTA_TABLES, open_table
+from tracetap.store.delta import DELTA_TABLES, committed_seqs, open_table
 from tracetap.store.delta import read as read_delta
-from tracetap.store.files import check_store, read_parquet
-from tracetap.store.location import StorePath, is_dir
-from tracetap.store.log_reading import logged_sessions
+from tracetap.store.files import check_store
+from tracetap.store.location import StorePath
+from tracetap.store.log_reading import log_seqs
 from tracetap.store.paths import validate_name, validate_session_id
-from tracetap.store.reading import read_completions, retrying
-from tracetap.store.schema import SESSIONS
-from tracetap.store.snapshot import partitions, snapshot
+from tracetap.store.reading import read_completions, read_sessions
 
 if TYPE_CHECKING:
     from deltalake import DeltaTable
@@ -92,11 +91,10 @@ class StoreReader:
         return recorded_sessions(self.root)
 
     def files(self, table: str) -> list[str]:
-        """The Parquet files a reader of `table` reads now, for tools that scan them directly."""
-        if table in DELTA_TABLES:
-            delta = self._version(table)
-            return [] if delta is None else delta.file_uris()
-        return snapshot(self.root, [table]).files(table)
+        """The Parquet files of the version of `table` this reader reads, for tools that scan them directly
+        (completions and sessions: committed rows only)."""
+        delta = self._version(table)
+        return [] if delta is None else delta.file_uris()
 
     def completions(self, session_id: str, columns: list[str] | None = None) -> pa.Table:
         """One session's completions in seq order (empty when it has none); all columns by default."""
@@ -109,12 +107,7 @@ class StoreReader:
 
     def sessions(self, session_ids: Collection[str] | None = None) -> list[dict]:
         """Session rows (all, or those of `session_ids` that have one), by session id."""
-        wanted = _ids(session_ids)
-
-        def read() -> pa.Table:
-            return read_parquet(snapshot(self.root, ["sessions"], wanted).files("sessions"), SESSIONS)
-
-        return retrying(read).to_pylist()
+        return read_sessions(self.root, _ids(session_ids)).to_pylist()
 
     def _delta(self, table: str, where: pc.Expression | None, columns: list[str] | None = None,
                session_ids: list[str] | None = None) -> pa.Table:
@@ -149,8 +142,7 @@ class StoreReader:
         return connect(self.root, decode, session_ids)
 
     def recorded(self, session_id: str) -> bool:
-        """Whether the store holds completions of this session (without listing any other); the log first,
-        as recorded_sessions reads it."""
-        return (session_id in logged_sessions(self.root)
-                or is_dir(partitions(self.root, "completions", [session_id])[0]))
+        """Whether the store holds completions of this session; the log first (store/reading.py)."""
+        sid = validate_session_id(session_id)
+        return bool(log_seqs(self.root, sid)) or sid in committed_seqs(open_table(self.root, "completions"), [sid])
 

@@ -1,96 +1,91 @@
-"""How every read survives a gateway appending to the store and compacting it meanwhile.
+"""The Python read of completions and sessions: what is committed, plus what writers hold uncommitted.
 
-Compaction (store/compaction.py) renames a part file in, then deletes the files it merged, so a
-reader may list a file that is gone when it opens it. Every read runs through `retrying`: a read
-that lost a file it had listed starts over from a fresh listing (store/snapshot.py), so its answer
-is the store as of one listing (no row twice, none missing), never a mix.
+A call is in a writer's log (store/commit_log.py) from its acknowledgement until a compaction commits
+it to the `completions` Delta table; then the writer deletes the log segment. So a read takes the log
+first and the table after: a segment deleted in between had its rows committed before, in the version
+the read then loads. Of a session's log rows it shows those past what that version holds (seq >= N, the
+table holding seqs 0..N-1). Session rows work the same way with the writers' live files
+(store/live_sessions.py). Nothing is retried: a compaction or a vacuum never fails a read.
 
-Completions are read here for every Python reader: the listed files and group-commit log rows of a
-snapshot, the log rows filtered by the visibility rule, expanded from the compact form
-(store/expansion.py) to full rows in seq order.
+A read pinned to a version (`as_of`: time travel) reads that version alone, without the log.
+Completions come back expanded from the compact form (store/expansion.py), in seq order.
 """
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable, Collection
-from typing import TypeVar
+from collections.abc import Collection
 
 import pyarrow as pa
+import pyarrow.compute as pc
+from tracetap.store.delta import open_table
+from tracetap.store.delta import read as read_delta
 from tracetap.store.expansion import expand, inputs
-from tracetap.store.files import read_parquet
+from tracetap.store.live_sessions import current, read_live
 from tracetap.store.location import StorePath, store_path
 from tracetap.store.log_reading import log_rows
-from tracetap.store.paths import session_of
-from tracetap.store.schema import COMPLETIONS, STORED_COMPLETIONS
-from tracetap.store.snapshot import Snapshot, snapshot
-
-ATTEMPTS = 14
-FIRST_BACKOFF = 0.002  # seconds before the second attempt, doubled for each next one (~16 s in all: a
-# statement over the v2 views reads every listed file's schema, so a busy compaction can race several attempts)
-
-T = TypeVar("T")
+from tracetap.store.schema import COMPLETIONS
 
 
-def file_vanished(error: BaseException) -> bool:
-    """Whether `error` means a listed file was gone when opened, as a concurrent compaction causes."""
-    return isinstance(error, FileNotFoundError)
+def _of(session_ids: list[str] | None) -> pc.Expression | None:
+    return None if session_ids is None else pc.field("session_id").isin(session_ids)
 
 
-def retrying(read: Callable[[], T], vanished: Callable[[BaseException], bool] = file_vanished) -> T:
-    """`read()`, run again (from its own fresh listing) while it fails because a listed file vanished."""
-    for attempt in range(ATTEMPTS - 1):
-        try:
-            return read()
-        except Exception as error:
-            if not vanished(error):
-                raise
-        time.sleep(FIRST_BACKOFF * 2**attempt)
-    return read()
+def _split(table: pa.Table) -> dict[str, pa.Table]:
+    """Rows by session, each in seq order, sessions sorted."""
+    table = table.sort_by([("session_id", "ascending"), ("seq", "ascending")])
+    sids = table.column("session_id").to_pylist()
+    runs: dict[str, pa.Table] = {}
+    start = 0
+    for end in range(1, len(sids) + 1):
+        if end == len(sids) or sids[end] != sids[start]:
+            runs[sids[start]] = table.slice(start, end - start)
+            start = end
+    return runs
 
 
-def _by_session(logged: pa.Table, covered: dict[str, int]) -> dict[str, list[int]]:
-    """Indexes of the visible log rows (seq >= the session's covered N), by session."""
-    rows: dict[str, list[int]] = {}
-    sessions, seqs = logged.column("session_id").to_pylist(), logged.column("seq").to_pylist()
-    for index, (sid, seq) in enumerate(zip(sessions, seqs, strict=True)):
-        if seq >= covered.get(sid, 0):
-            rows.setdefault(sid, []).append(index)
-    return rows
+def uncommitted(logged: pa.Table, covered: dict[str, int]) -> pa.Table:
+    """The log rows past what a version of the table holds of their session (`covered`: calls per session)."""
+    keep = [seq >= covered.get(sid, 0) for sid, seq in zip(logged.column("session_id").to_pylist(),
+                                                             logged.column("seq").to_pylist(), strict=True)]
+    return logged.filter(pa.array(keep, pa.bool_()))
 
 
-def _stored(root: StorePath, listed: Snapshot, session_ids: Collection[str] | None,
-            columns: list[str]) -> dict[str, pa.Table]:
-    """Stored rows by session: each session's listed files, then its visible log rows."""
-    keys = list(dict.fromkeys(["session_id", "seq", *columns]))  # the rule needs them, the caller may not
-    logged = log_rows(root, columns=keys, segments=[store_path(path) for path in listed.log], session_ids=session_ids)
-    in_log = _by_session(logged, listed.covered())
-    logged = logged.select(columns)
-    wanted = sorted(set(listed.completions) | set(in_log)) if session_ids is None else list(session_ids)
-    files = {sid: list(listed.completions[sid].files) if sid in listed.completions else [] for sid in wanted}
-    return {sid: _with_log(read_parquet(files[sid], STORED_COMPLETIONS, columns), logged, in_log.get(sid))
-            for sid in wanted}
+def _covered(committed: pa.Table) -> dict[str, int]:
+    """Calls per session in committed rows (seqs 0..N-1: N rows)."""
+    held = committed.group_by("session_id").aggregate([("seq", "count")])
+    return dict(zip(held.column(0).to_pylist(), held.column(1).to_pylist(), strict=True))
 
 
-def _with_log(stored: pa.Table, logged: pa.Table, rows: list[int] | None) -> pa.Table:
-    """A session's file rows, then its visible log rows (none: the file rows as they are)."""
-    return pa.concat_tables([stored, logged.take(pa.array(rows, pa.int64()))]) if rows else stored
+def stored_completions(root: StorePath | str, session_ids: list[str] | None, columns: list[str],
+                       as_of: int | None = None) -> pa.Table:
+    """The stored (compact) rows of `columns` (session_id and seq always among them) of `session_ids`
+    (all when None): the table's version, plus the log rows past it unless `as_of` pins a version."""
+    root = store_path(root)
+    keys = list(dict.fromkeys(["session_id", "seq", *columns]))
+    logged = log_rows(root, columns=keys, session_ids=session_ids) if as_of is None else None
+    delta = open_table(root, "completions", as_of)
+    committed = read_delta(delta, "completions", _of(session_ids), keys, session_ids)
+    return committed if logged is None else pa.concat_tables([committed, uncommitted(logged, _covered(committed))])
 
 
 def read_completions(root: StorePath | str, session_ids: Collection[str] | None = None,
-                     columns: list[str] | None = None) -> dict[str, pa.Table]:
+                     columns: list[str] | None = None, as_of: int | None = None) -> dict[str, pa.Table]:
     """Full completions rows in seq order, by session (every session with rows when `session_ids` is
-    None), as of one snapshot, whatever compaction does meanwhile. `columns` may name compact ones."""
+    None; a named session without rows gets an empty table). `columns` may name compact ones."""
     wanted = columns if columns is not None else COMPLETIONS.names
-    root = store_path(root)
+    ids = None if session_ids is None else list(session_ids)
+    runs = _split(stored_completions(root, ids, inputs(wanted), as_of))
+    empty = expand(read_delta(None, "completions", columns=list(dict.fromkeys(["session_id", "seq", *inputs(wanted)]))),
+                   wanted)
+    named = runs.keys() if ids is None else ids
+    return {sid: expand(runs[sid], wanted) if sid in runs else empty for sid in named}
 
-    def read() -> dict[str, pa.Table]:
-        return _stored(root, snapshot(root, ["completions"], session_ids), session_ids, inputs(wanted))
 
-    return {sid: expand(table, wanted) for sid, table in retrying(read).items()}
-
-
-def read_session(directory: StorePath | str, columns: list[str] | None = None) -> pa.Table:
-    """One session's completions (its `completions/session_id=<sid>` directory), see read_completions."""
-    root, sid = session_of(directory)
-    return read_completions(root, [sid], columns)[sid]
+def read_sessions(root: StorePath | str, session_ids: Collection[str] | None = None,
+                  as_of: int | None = None) -> pa.Table:
+    """Session rows (all, or those of `session_ids` that have one), by session id: the current one of
+    each session's copies (store/live_sessions.py), or those of version `as_of` alone."""
+    ids = None if session_ids is None else list(session_ids)
+    live = read_live(root, ids) if as_of is None else None
+    committed = read_delta(open_table(root, "sessions", as_of), "sessions", _of(ids))
+    return current(committed if live is None else pa.concat_tables([committed, live]))

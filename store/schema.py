@@ -11,8 +11,8 @@ import pyarrow as pa
 MAX_REFUSED_HOSTS = 64  # hosts a session row names in refused_hosts_json; later ones count together under:
 OTHER_HOSTS = "(other hosts)"  # no host name has parentheses or spaces
 
-SCHEMA_VERSION = 3  # 2: completions files hold the compact form (COMPACT); 3: rewards, trajectories and
-# rollouts are Delta tables (store/delta.py)
+SCHEMA_VERSION = 3  # 2: completions files hold the compact form (COMPACT); 3: every table is a Delta table
+# (store/delta.py), sessions rows carry `revision`
 
 API_NAMES = ("openai_chat", "anthropic_messages", "openai_responses", "gemini")
 # degraded: the upstream answered (the harness got it) but not with training data: no token ids,
@@ -105,6 +105,8 @@ SESSIONS = pa.schema([
     _f("refused_hosts_json", pa.string(), "proxy mode: hosts the gateway refused to reach for this session, "
        f"{{host: count}}; {MAX_REFUSED_HOSTS} hosts at most, later ones counted under `{OTHER_HOSTS}`"),
     _f("metadata_json", pa.string(), "free-form session metadata"),
+    _f("revision", pa.int64(), "how often this row changed since the session began: of the copies of a "
+                               "session's row (its committed one, a writer's live one) the highest is current"),
 ])
 
 REWARDS = pa.schema([

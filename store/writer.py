@@ -1,34 +1,37 @@
 """The durable, thread-safe writer the gateway records every call with.
 
 Every completion is one line of the writer's group-commit log (store/commit_log.py): calls that finish
-together share one append and one fdatasync, and `record_completion` returns once its line is durable; then
-the session's one-row summary is rewritten. The line holds the row's compact form (store/compact_form.py:
-only what is new since the session's earlier calls); each cached session keeps the encoder's History (at
-most 1 MiB of chain tips, 128 KiB of chunk keys twice: in order and sorted, and the 4 latest bodies of each
-kind, 1 MiB of text per kind, with 25 B a chunk of where their chunks are and their keys; a session dropped
-from the cache starts a fresh one). Compaction moves the log rows into part files (on close_session,
-compact_idle, eviction and the writer's close: a store at rest holds each call once) and segments whose rows
-parts cover are deleted (a grace period later, as every file a compaction supersedes: store/retirement.py, so
-reads that listed it can still open it), the live one too once every row the writer logged is in parts. A writer
-opening the store recovers the log a dead one left: its whole rows are compacted, torn tails dropped.
-Session state lives in memory after its first touch, so a write never re-reads the store. Writes to one
-session are serialized: a session has at most one line in flight (seqs hit the disk in order, which
-compaction relies on, and a failed write gives its seq back without a gap); different sessions write in
-parallel. The gateway records from its event loop (`record_completion_async`): the row is encoded there and
-the committer wakes the loop when it is durable, so no thread waits per call. The summary row is rewritten
-by a background thread shortly after each call (it is derived: a writer opening the store recounts every row
-a crash left stale), and synchronously by register_session, close_session, flush and close. One writer
-process per store: a lock file enforces it.
+together share one append and one fdatasync, and `record_completion` returns once its line is durable. The
+line holds the row's compact form (store/compact_form.py: only what is new since the session's earlier
+calls); each cached session keeps the encoder's History (at most 1 MiB of chain tips, 128 KiB of chunk keys
+twice: in order and sorted, and the 4 latest bodies of each kind, 1 MiB of text per kind, with 25 B a chunk
+of where their chunks are and their keys; a session dropped from the cache starts a fresh one).
 
-On an object store (`s3://bucket/prefix`, store/location.py) files are single PUTs and the log is one
-object per batch (store/commit_log.py), so gateways on several machines can share one store: there is
-no writer lock, each gateway records its own sessions (a session's seqs are assigned in one writer's
-memory, so one session must go through one gateway at a time), and one opening the store recovers every
-log object it finds (compacting a live gateway's rows too is safe: parts are named by what they cover).
+The compactor (a background thread) moves logged calls into the `completions` Delta table, many sessions
+a commit (store/compaction.py), with those sessions' rows into `sessions`: on close_session, compact_idle,
+eviction and the writer's close, so a store at rest holds each call once. A log segment whose every row
+the table holds is deleted at once (readers read the log before the table: store/reading.py), the live one
+too once every session is committed. A session's row changes with each call; until its next commit the
+writer keeps it in its live file (store/live_sessions.py), rewritten by a background thread shortly after
+each change and synchronously by register_session, close_session, flush and close. A writer opening the
+store recovers what a dead one left: its logged rows are committed, torn tails dropped, and the rows of its
+sessions recounted and committed. Session state lives in memory after its first touch, so a write never
+re-reads the store. Writes to one session are serialized: a session has at most one line in flight (seqs
+hit the disk in order, which compaction relies on, and a failed write gives its seq back without a gap);
+different sessions write in parallel. The gateway records from its event loop (`record_completion_async`):
+the row is encoded there and the committer wakes the loop when it is durable, so no thread waits per call.
+One writer process per local store: a lock file enforces it.
 
-Memory stays bounded however many sessions a long-lived gateway sees: past `max_sessions` cached
-states, the least recently used ones whose summary row is on disk are compacted and dropped (a later
-call to such a session loads it again from disk, exactly as after a restart).
+On an object store (`s3://bucket/prefix`, store/location.py) the log is one object per batch
+(store/commit_log.py) and the tables commit by conditional PUT, so gateways on several machines can share
+one store: there is no writer lock, each gateway records its own sessions (a session's seqs are assigned
+in one writer's memory, so one session must go through one gateway at a time), and one opening the store
+commits every logged row it finds (a compaction racing the row's own writer commits it once: see
+store/compaction.py).
+
+Memory stays bounded however many sessions a long-lived gateway sees: past `max_sessions` cached states,
+the least recently used committed ones are dropped, and those with uncommitted calls handed to the
+compactor first (a later call to such a session loads it again from the store, exactly as after a restart).
 """
 
 from __future__ import annotations
@@ -42,40 +45,26 @@ import threading
 import time
 import weakref
 from collections import OrderedDict
-from collections.abc import Callable, Collection, Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from itertools import islice
 from typing import IO
 
-from tracetap.store import compaction
+import pyarrow as pa
+import pyarrow.compute as pc
 from tracetap.store.commit_log import SEGMENT_BYTES, CommitLog
 from tracetap.store.compact_form import History, encode_row
-from tracetap.store.files import (
-    StoreError,
-    outdated,
-    read_parquet,
-    read_version,
-    write_parquet_atomic,
-    write_text_atomic,
-)
+from tracetap.store.compaction import commit_logged
+from tracetap.store.delta import committed_seqs, open_table, replace, sql_in
+from tracetap.store.files import StoreError, outdated, read_version, write_text_atomic
 from tracetap.store.flusher import Flusher
-from tracetap.store.location import ObjectPath, StorePath, ensure_dir, exists, is_dir, store_path
-from tracetap.store.log_reading import logged_sessions, segment_sessions
-from tracetap.store.paths import (
-    LOG_DIR,
-    TABLE_DEPTH,
-    VERSION_FILE,
-    log_segments,
-    session_dir,
-    session_file,
-    session_of,
-    validate_name,
-    validate_session_id,
-)
-from tracetap.store.reading import read_session
-from tracetap.store.retirement import GRACE_SECONDS, Retirement
+from tracetap.store.live_sessions import read_live, write_live
+from tracetap.store.location import ObjectPath, StorePath, ensure_dir, remove, store_path
+from tracetap.store.log_reading import log_rows, log_seqs, segment_sessions
+from tracetap.store.paths import LOG_DIR, VERSION_FILE, live_files, log_segments, validate_name, validate_session_id
+from tracetap.store.reading import read_completions, read_sessions
 from tracetap.store.schema import (
     COMPLETION_STATUSES,
     COMPLETIONS,
@@ -86,12 +75,13 @@ from tracetap.store.schema import (
     UNRECORDED_KINDS,
     empty_row,
 )
-from tracetap.store.snapshot import partitions, visible
 from tracetap.store.tables import rows_to_table
 
 FAILED = ("upstream_error", "timeout", "aborted", "disconnected")
-SESSION_SAVE_DELAY = 0.5  # seconds the calls of a session wait to share one summary-row rewrite (derived
-# data, recounted on open; at 0.05 s a busy gateway rewrote ~1 row per call, ~0.7 ms CPU each)
+SESSION_SAVE_DELAY = 0.5  # seconds calls wait to share one rewrite of the live session rows (derived data,
+# recounted on open; at 0.05 s a busy gateway rewrote ~1 row per call, ~0.7 ms CPU each)
+RECOVERY_BATCH = 256  # sessions a recovery commits at once
+LIVE = "live"  # the live flusher's one key: each save rewrites the whole live file
 MAX_SESSIONS = 1024  # session states kept in memory (a few KB each); older idle ones are dropped
 MAX_HOST = 255  # a DNS name is at most 253 characters; a refused host longer than this is not one
 _RECOUNT_COLUMNS = ["status", "http_status", "prompt_tokens", "completion_tokens", "created_at",
@@ -126,26 +116,28 @@ class _InFlight:
 class _Session:
     """What the writer knows about one session; guarded by `lock`."""
 
-    directory: StorePath
-    path: StorePath
     row: dict
     next_seq: int
+    committed: int = 0  # calls the completions table holds (seqs 0..committed-1)
     failures: dict = field(default_factory=dict)
     unrecorded: dict[str, int] = field(default_factory=dict)
     refused: dict[str, int] = field(default_factory=dict)  # host -> refusals (proxy mode)
     last_write: float = 0.0
-    dirty: bool = False  # has files compaction has not merged yet
-    version: int = 0  # bumped on every change of the summary; `saved` is the version on disk
-    saved: int = 0
+    version: int = 0  # the row's revision: bumped on every change of the summary
+    committed_version: int = -1  # the revision the sessions table holds (-1: none)
     evicted: bool = False  # dropped from the cache: whoever holds this state must fetch a fresh one
     history: History = field(default_factory=History)  # what the compact encoder can refer to
     in_flight: _InFlight | None = None  # the line queued in the log and not yet durable (at most one)
     lock: threading.Lock = field(default_factory=threading.Lock)
-    save_lock: threading.Lock = field(default_factory=threading.Lock)
 
     def snapshot(self) -> dict:
-        return {**self.row, "upstream_failures_json": _json_or_none(self.failures),
+        return {**self.row, "upstream_failures_json": _json_or_none(self.failures), "revision": self.version,
                 "unrecorded_json": _json_or_none(self.unrecorded), "refused_hosts_json": _json_or_none(self.refused)}
+
+    def settled(self) -> bool:
+        """Whether the tables hold all of it: every call and the row as it is now (nothing in flight)."""
+        return (self.in_flight is None and self.committed >= self.next_seq
+                and self.committed_version >= self.version)
 
 
 def _json_or_none(counts: dict) -> str | None:
@@ -238,7 +230,7 @@ class StoreWriter:
     store URL: see store/location.py and store/commit_log.py for what changes there)."""
 
     def __init__(self, root: StorePath | str, max_sessions: int = MAX_SESSIONS,
-                 segment_bytes: int = SEGMENT_BYTES, retire_after: float = GRACE_SECONDS) -> None:
+                 segment_bytes: int = SEGMENT_BYTES) -> None:
         self.root = store_path(root)
         self.max_sessions = max_sessions
         self._lock = threading.Lock()  # guards `_sessions`; never held across disk I/O
@@ -247,14 +239,12 @@ class StoreWriter:
         self._closed = False
         self._owner = self._open_store()
         self._log = CommitLog(self.root / LOG_DIR, secrets.token_hex(8), segment_bytes)
-        self._segments_lock = threading.Lock()
+        self.writer = f"tracetap gateway {self._log.writer_id}"  # names its commits (`tracetap history`)
         self._wakers: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _LoopWaker] = weakref.WeakKeyDictionary()
-        self._uncovered: dict[StorePath, dict[str, int]] = {}  # retired segment -> {session: highest seq} not in parts
-        self._flusher = Flusher(self._save_deferred, delay=SESSION_SAVE_DELAY)
-        self._retirement = Retirement(retire_after)  # superseded files outlive reads that listed them
-        self._recover()
-        self._reconcile()
+        self._flusher: Flusher[str] = Flusher(self._save_live, delay=SESSION_SAVE_DELAY)
+        self._compactor: Flusher[str] = Flusher(self._compact, name="tracetap-compactor")
         self._local = not isinstance(self.root, ObjectPath)  # one writer: no other process adds sessions
+        self._stored = self._recover()  # sessions the store holds (local stores: what _start_new skips)
 
     @property
     def cached_sessions(self) -> int:
@@ -262,8 +252,7 @@ class StoreWriter:
         return len(self._sessions)
 
     def _open_store(self) -> IO[str] | None:
-        for table in (None, *TABLE_DEPTH):  # the Delta tables are made by their first commit
-            ensure_dir(self.root / table if table else self.root)
+        ensure_dir(self.root)
         version = read_version(self.root)
         if version is None:
             write_text_atomic(self.root / VERSION_FILE, f"{SCHEMA_VERSION}\n")
@@ -279,73 +268,82 @@ class StoreWriter:
             raise StoreError(f"store {self.root} is already open in another StoreWriter") from None
         return owner
 
-    def _recover(self) -> None:
-        """Move the rows a dead writer's log holds into parts and drop its segments (a torn tail is
-        no row); rows past a gap, which a correct writer never leaves, stay visible in the log."""
-        logged = sorted(logged_sessions(self.root))
-        for sid in logged:  # before any call is served: what recovery supersedes goes at once
-            compaction.compact_session(self.root, sid)
-        self._drop_covered(logged, compaction.remove_now)
+    def _recover(self) -> set[str]:
+        """Commit what dead writers left (their logged calls; their sessions' rows, recounted), then drop
+        their log segments and live files; returns the ids of every session the store holds."""
+        logged = log_rows(self.root)
+        live = read_live(self.root)
+        sids = sorted(set(logged.column("session_id").to_pylist()) | set(live.column("session_id").to_pylist()))
+        for start in range(0, len(sids), RECOVERY_BATCH):
+            batch = sids[start:start + RECOVERY_BATCH]
+            states = {sid: self._load(sid) for sid in batch}
+            self._commit(states, logged.filter(pc.field("session_id").isin(batch)))
+        self._drop_covered()
+        for path in live_files(self.root):
+            remove(path)  # every row in them is committed now
+        return set(read_sessions(self.root).column("session_id").to_pylist()) | set(sids)
 
-    def _drop_covered(self, compacted: Collection[str], remover: compaction.Remover | None = None) -> None:
-        """Delete the retired log segments whose every row is in a part file (through `remover`, by
-        default after the grace period). A segment seen retired for the first time has all its sessions
-        checked; after that, only the `compacted` ones. With no cached session left to compact, the live
-        segment is retired first: its rows are in parts, and it would otherwise stay until it filled up."""
-        if not self._closed and self._all_compacted():
+    def _commit(self, states: dict[str, _Session], logged: pa.Table) -> None:
+        """One commit of the sessions' logged calls, then one of their rows (as they are now)."""
+        rows, versions = {}, {}
+        for sid, state in states.items():
+            with state.lock:
+                rows[sid], versions[sid] = state.snapshot(), state.version
+        covered = commit_logged(self.root, logged, self.writer) if logged.num_rows else {}
+        replace(self.root, "sessions", rows_to_table("sessions", list(rows.values())),
+                sql_in("session_id", list(rows)), self.writer)
+        for sid, state in states.items():
+            with state.lock:
+                state.committed = max(state.committed, covered.get(sid, 0))
+                state.committed_version = max(state.committed_version, versions[sid])
+
+    def _compact(self, sids: list[str]) -> None:
+        """The compactor's batch: commit the cached ones of `sessions`, drop the log segments the table now
+        covers, and rewrite the live file without the rows just committed."""
+        with self._lock:
+            states = {sid: state for sid in sids if (state := self._sessions.get(sid)) is not None}
+        if not states:
+            return
+        self._commit(states, log_rows(self.root, session_ids=list(states)))
+        self._drop_covered()
+        self._flusher.submit(LIVE)
+
+    def _drop_covered(self) -> None:
+        """Delete every log segment no batch can go to again whose rows the completions table all holds.
+        With no cached session left to commit, the live segment is retired first: its rows are in the
+        table, and it would otherwise stay until it filled up."""
+        if not self._closed and self._all_committed():
             self._log.retire_live()
-        with self._segments_lock:
-            fresh = {path: segment_sessions(path) for path in log_segments(self.root)
-                     if path not in self._uncovered and self._log.retired(path) and not self._retirement.waiting(path)}
-            for sessions in fresh.values():
-                self._forget_covered(sessions, list(sessions))
-            for sessions in self._uncovered.values():
-                self._forget_covered(sessions, [sid for sid in compacted if sid in sessions])
-            self._uncovered.update(fresh)
-            dropped = [path for path, sessions in self._uncovered.items() if not sessions]
-            for path in dropped:
-                del self._uncovered[path]
-            if dropped:
-                (remover or self._retirement.later)(dropped, self.root / LOG_DIR)
+        retired = [path for path in log_segments(self.root) if self._log.retired(path)]
+        if not retired:
+            return
+        covered = committed_seqs(open_table(self.root, "completions"))
+        for path in retired:
+            if all(top < covered.get(sid, 0) for sid, top in segment_sessions(path).items()):
+                remove(path)
 
-    def _all_compacted(self) -> bool:
-        """Whether every row this writer logged is in parts (sessions dropped from the cache were compacted)."""
+    def _all_committed(self) -> bool:
+        """Whether the table holds every call this writer logged (dropped sessions were committed)."""
         with self._lock:
             states = list(self._sessions.values())
-        return not any(state.dirty or state.in_flight is not None for state in states)
-
-    def _forget_covered(self, sessions: dict[str, int], check: list[str]) -> None:
-        """Remove from `sessions` ({session: highest seq in a segment}) those of `check` parts now cover."""
-        for sid in check:
-            if sessions[sid] < visible(session_dir(self.root, "completions", sid)).covered:
-                del sessions[sid]
-
-    def _reconcile(self) -> None:
-        """Rewrite the summary rows a crash left behind their completions (a kill -9 between a call's
-        durable write and its deferred row save), so readers need not wait for the session's next call.
-        Costs one listing and one row read per session; only stale rows are recounted."""
-        for directory in partitions(self.root, "completions"):
-            sid = session_of(directory)[1]
-            if self._saved_count(sid) != compaction.next_seq(directory):
-                self._save(self._load(sid))  # recounts it; not cached (at most max_sessions are)
-
-    def _saved_count(self, sid: str) -> int | None:
-        """How many calls the session row on disk counts (None without a row)."""
-        path = session_file(self.root, sid)
-        if not exists(path):
-            return None
-        return read_parquet([path], SESSIONS, ["completions"]).column("completions")[0].as_py()
+        return all(state.in_flight is None and state.committed >= state.next_seq for state in states)
 
     def flush(self) -> None:
-        """Wait until every session row reflects every recorded call."""
+        """Wait until the live session rows reflect every recorded call."""
         self._flusher.flush()
 
     def close(self) -> None:
-        """Write pending session rows and release the store (sessions stay open, nothing is lost)."""
+        """Commit every session's calls and row, and release the store (sessions stay open, nothing is
+        lost): a store at rest holds each call once, in the table, and no live rows."""
         self._flusher.close()
         self._log.close()
-        self.compact_idle(0.0)  # a store at rest holds each call once: in parts, not also in the log
-        self._retirement.close()
+        with self._lock:
+            sids = list(self._sessions)
+        for sid in sids:
+            self._compactor.submit(sid)
+        self._compactor.close()
+        if not any(not state.settled() for state in self._sessions.values()):
+            write_live(self.root, self._log.writer_id, [])
         self._closed = True
         if self._owner is not None:
             self._owner.close()
@@ -355,7 +353,6 @@ class StoreWriter:
 
     def __exit__(self, *exc) -> None:
         self.close()
-
     def record_completion(self, row: dict) -> dict:
         """Durably record one call; fills seq, completion_id (if missing) and finished_at.
 
@@ -424,11 +421,11 @@ class StoreWriter:
                 if error is None:
                     _apply(state, flight.row)
                     state.version += 1
-                    state.last_write, state.dirty = time.monotonic(), True
+                    state.last_write = time.monotonic()
                 else:
                     state.history, state.next_seq = History(), flight.row["seq"]
             if error is None:
-                self._flusher.submit(state.row["session_id"])
+                self._flusher.submit(LIVE)
         finally:
             flight.land(error)
 
@@ -455,45 +452,44 @@ class StoreWriter:
         """Put a session the store surely lacks in memory, right here on the event loop: no worker thread
         and no wait behind other loads for a new session's first call (under a burst of new sessions
         those waits were most of its latency). Surely lacks: a local store (this writer holds its lock)
-        with no file of the session. Its log rows need no look: recovery gave every session it found in
-        the log a directory, and what this writer logged for a session it dropped is in part files first.
-        Costs a few stats; False leaves it to `_state`, also when the cache is full (evicting is no work
-        for the loop) or another load is running."""
-        if not self._local or not self._loading.acquire(blocking=False):
+        that held no such session when this writer opened it (recovery counted every one). False leaves
+        it to `_state`, also when the cache is full (evicting is no work for the loop) or another load runs."""
+        if not self._local or sid in self._stored or not self._loading.acquire(blocking=False):
             return False
         try:
-            directory, path = session_dir(self.root, "completions", sid), session_file(self.root, sid)
             with self._lock:
                 room = not self._closed and sid not in self._sessions and len(self._sessions) < self.max_sessions
-            if not room or exists(path) or is_dir(directory):
+            if not room:
                 return False
-            self._add(sid, _Session(directory, path, _new_row(sid), 0))
+            self._add(sid, _Session(_new_row(sid), 0))
             return True
         finally:
             self._loading.release()
 
     def has_session(self, sid: str) -> bool:
-        """Whether the store knows the session: a recorded call (in the log or in its files), a
-        registration, or a call or refusal counted under it."""
+        """Whether the store knows the session: a recorded call (in the log or the table), a registration,
+        or a call or refusal counted under it."""
+        sid = validate_session_id(sid)
         with self._lock:
-            state = self._sessions.get(validate_session_id(sid))
-        if state is not None or exists(session_file(self.root, sid)):
-            return True
-        return compaction.next_seq(session_dir(self.root, "completions", sid)) > 0
+            if sid in self._sessions:
+                return True
+        if self._local:
+            return sid in self._stored
+        return bool(log_seqs(self.root, sid)) or read_sessions(self.root, [sid]).num_rows > 0
 
     def note_unrecorded(self, sid: str, kind: str) -> None:
         """Count a call answered without a completion row (a probe, a model list, a token count, an
-        error), so a session shows everything it sent; saved with the summary row, shortly after."""
+        error), so a session shows everything it sent; saved with the live rows, shortly after."""
         if kind not in UNRECORDED_KINDS:
             raise ValueError(f"unrecorded kind must be one of {UNRECORDED_KINDS}, got {kind!r}")
         with self._locked(validate_session_id(sid)) as state:
             state.unrecorded[kind] = state.unrecorded.get(kind, 0) + 1
             state.version += 1
-        self._flusher.submit(sid)
+        self._flusher.submit(LIVE)
 
     def note_refused(self, sid: str, host: str) -> None:
         """Count a connection the proxy refused (a host that is not a model API), so a session shows
-        what its harness tried to reach; saved with the summary row, shortly after."""
+        what its harness tried to reach; saved with the live rows, shortly after."""
         if not (0 < len(host) <= MAX_HOST and host.isprintable()):
             raise ValueError(f"a refused host must be printable text of 1 to {MAX_HOST} characters")
         with self._locked(validate_session_id(sid)) as state:
@@ -501,7 +497,7 @@ class StoreWriter:
                 host = OTHER_HOSTS  # the row stays small however many hosts a harness tries
             state.refused[host] = state.refused.get(host, 0) + 1
             state.version += 1
-        self._flusher.submit(sid)
+        self._flusher.submit(LIVE)
 
     def register_session(self, sid: str, task_id: str | None = None, harness: str | None = None,
                          metadata: dict | None = None) -> dict:
@@ -513,33 +509,36 @@ class StoreWriter:
             if metadata:
                 row["metadata_json"] = json.dumps({**json.loads(row["metadata_json"] or "{}"), **metadata})
             state.version += 1
-        return self._save(state)
+            snapshot = state.snapshot()
+        self._flusher.submit(LIVE)
+        self._flusher.flush()
+        return snapshot
 
     def close_session(self, sid: str) -> dict:
-        """Compact the session's files and mark it closed; returns the session row."""
+        """Mark the session closed and commit its calls and row; returns the session row."""
         with self._locked(validate_session_id(sid)) as state:
-            compaction.compact_dir(state.directory, self._retirement.later)
             state.row.update(status="closed", ended_at=datetime.now(UTC))
             state.version += 1
-            state.dirty = False
-        self._drop_covered([sid])
-        return self._save(state)
+            snapshot = state.snapshot()
+        self._compactor.submit(sid)
+        self._compactor.flush()
+        with state.lock:
+            if not state.settled():
+                raise StoreError(f"could not commit session {sid} to {self.root} (see the log); its calls are safe "
+                                 "in the log and are committed by a later compaction")
+        return snapshot
 
     def compact_idle(self, idle_seconds: float) -> list[str]:
-        """Compact sessions with new files and no write for `idle_seconds`; returns their ids."""
+        """Commit the sessions with something uncommitted and no write for `idle_seconds`; returns their ids."""
         with self._lock:
             states = list(self._sessions.items())
-        done = []
-        for sid, state in states:
-            with state.lock:
-                idle = time.monotonic() - state.last_write >= idle_seconds
-                if state.dirty and idle and state.in_flight is None:
-                    compaction.compact_dir(state.directory, self._retirement.later)
-                    state.dirty = False
-                    done.append(sid)
-        if done:
-            self._drop_covered(done)
-        return done
+        now = time.monotonic()
+        idle = [sid for sid, state in states if not state.settled() and now - state.last_write >= idle_seconds]
+        for sid in idle:
+            self._compactor.submit(sid)
+        if idle:
+            self._compactor.flush()
+        return [sid for sid, state in states if sid in idle and state.committed >= state.next_seq]
 
     @contextmanager
     def _locked(self, sid: str) -> Iterator[_Session]:
@@ -569,9 +568,8 @@ class StoreWriter:
                 self._sessions.move_to_end(sid)
             over = len(self._sessions) - self.max_sessions
             oldest = list(islice(self._sessions.values(), max(0, over)))
-        compacted = [old.row["session_id"] for old in oldest if self._evict(old)]
-        if compacted:
-            self._drop_covered(compacted)
+        for old in oldest:
+            self._evict(old)
         return state
 
     def _cached(self, sid: str) -> _Session | None:
@@ -587,46 +585,49 @@ class StoreWriter:
             if self._closed:
                 raise StoreError(f"the writer of {self.root} is closed")
             self._sessions[sid] = state
-        if state.version:  # recounted: the row on disk was stale
-            self._flusher.submit(sid)
+            self._stored.add(sid)
+        if state.version > state.committed_version:  # recounted: the stored row was stale
+            self._flusher.submit(LIVE)
         return state
 
-    def _evict(self, state: _Session) -> bool:
-        """Drop one session's state once its files are compacted and its row is on disk; a busy
-        state (locked, or with a row still to save) stays for a later pass. Whether it compacted."""
+    def _evict(self, state: _Session) -> None:
+        """Drop one session's state once the tables hold all of it; one with something uncommitted is handed
+        to the compactor and dropped by a later pass (a busy one stays for a later pass too)."""
         if not state.lock.acquire(blocking=False):
-            return False
-        compacted = False
+            return
         try:
-            if state.version != state.saved or state.in_flight is not None:
-                return False
-            if state.dirty:
-                compaction.compact_dir(state.directory, self._retirement.later)
-                state.dirty, compacted = False, True
+            sid = state.row["session_id"]
+            if not state.settled():
+                self._compactor.submit(sid)
+                return
             with self._lock:
-                sid = state.row["session_id"]
                 if self._sessions.get(sid) is state:
                     del self._sessions[sid]
             state.evicted = True
-            return compacted
         finally:
             state.lock.release()
 
     def _load(self, sid: str) -> _Session:
-        """Session state from disk; the summary is recounted when a crash left it behind."""
-        directory = session_dir(self.root, "completions", sid)
-        path = session_file(self.root, sid)
-        rows = read_parquet([path], SESSIONS).to_pylist() if exists(path) else []
-        state = _Session(directory, path, rows[0] if rows else _new_row(sid), compaction.next_seq(directory))
-        state.failures = json.loads(state.row["upstream_failures_json"] or "{}")
-        state.unrecorded = json.loads(state.row["unrecorded_json"] or "{}")
-        state.refused = json.loads(state.row["refused_hosts_json"] or "{}")
-        if state.row["completions"] != state.next_seq:
+        """Session state from the store (the log read before the tables: store/reading.py); the row is
+        recounted when a crash left it behind its calls."""
+        logged = log_seqs(self.root, sid)
+        committed = committed_seqs(open_table(self.root, "completions"), [sid]).get(sid, 0)
+        rows = read_sessions(self.root, [sid]).to_pylist()
+        row = rows[0] if rows else _new_row(sid)
+        state = _Session(row, max([committed, *(seq + 1 for seq in logged)]), committed)
+        state.version = state.committed_version = row.pop("revision", None) or 0
+        state.failures = json.loads(row["upstream_failures_json"] or "{}")
+        state.unrecorded = json.loads(row["unrecorded_json"] or "{}")
+        state.refused = json.loads(row["refused_hosts_json"] or "{}")
+        if not rows:
+            state.committed_version = -1
+        if row["completions"] != state.next_seq:
             self._recount(state)
         return state
 
     def _recount(self, state: _Session) -> None:
-        table = read_session(state.directory, _RECOUNT_COLUMNS)
+        sid = state.row["session_id"]
+        table = read_completions(self.root, [sid], _RECOUNT_COLUMNS)[sid]
         status = state.row["status"]
         state.row.update(completions=0, prompt_tokens=0, completion_tokens=0, started_at=None)
         state.failures = {}
@@ -635,18 +636,13 @@ class StoreWriter:
         state.row["status"] = status
         state.version += 1
 
-    def _save_deferred(self, sid: str) -> None:
+    def _save_live(self, keys: list[str]) -> None:
+        """Rewrite the live file: the rows of the cached sessions changed since their last commit."""
         with self._lock:
-            state = self._sessions.get(sid)
-        if state is not None:  # else it was dropped, which needs its row saved first
-            self._save(state)
-
-    def _save(self, state: _Session) -> dict:
-        """Write the session row if it changed since the last write; returns the row."""
-        with state.lock:
-            row, version = state.snapshot(), state.version
-        with state.save_lock:
-            if version > state.saved:
-                write_parquet_atomic(state.path, rows_to_table("sessions", [row]))
-                state.saved = version
-        return row
+            states = list(self._sessions.values())
+        rows = []
+        for state in states:
+            with state.lock:
+                if state.version > state.committed_version:
+                    rows.append(state.snapshot())
+        write_live(self.root, self._log.writer_id, rows)

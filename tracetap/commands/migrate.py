@@ -18,10 +18,10 @@ from tracetap.store import Migration, StoreError, migrate_store
 @click.option("--dry-run", is_flag=True, help="Only count what would be rewritten.")
 @click.option("--json", "json_", is_flag=True, help="Print the counts as JSON.")
 def command(store: Path, dry_run: bool, json_: bool) -> None:
-    """Rewrite the store in the current schema version: each session's completions, then the rewards,
-    trajectories and rollouts tables as Delta tables.
+    """Rewrite the store in the current schema version: every table becomes a Delta table, completions in
+    the compact form.
 
-    Each session and each table is switched atomically; an interrupted run is finished by running the
+    Each table is switched atomically; an interrupted run is finished by running the
     command again. Stop the store's gateway first.
 
     Example: tracetap migrate --store ./store --dry-run
@@ -41,9 +41,8 @@ def command(store: Path, dry_run: bool, json_: bool) -> None:
 
 
 def summary(report: Migration, dry_run: bool) -> str:
-    """The closing line: sessions rewritten, then rows and files of each table switched to Delta."""
+    """The closing line: rows and files of each table switched to Delta."""
     verb = "would migrate" if dry_run else "migrated"
     tables = "".join(f"; {table}: {rows} row(s) from {report.table_files[table]} file(s)"
                      for table, rows in report.tables.items())
-    return (f"{verb} {report.sessions} session(s), {report.rows} row(s) in {report.files} file(s) from schema "
-            f"version {report.from_version}; {report.current} session(s) already current{tables}")
+    return f"{verb} the store from schema version {report.from_version}{tables or '; nothing to switch'}"
