@@ -193,12 +193,13 @@ class _Views:
         return delta
 
     def refresh(self) -> None:
+        # a statement first: it ends whatever result the last one left unfetched, which a register would refuse
+        self.con.execute("SET VARIABLE tracetap_shown_sessions = $1::VARCHAR[]", [self.session_ids])
         logged = log_rows(self.root, session_ids=self.session_ids)  # before the tables: store/reading.py
         live = read_live(self.root, self.session_ids)
         versions = {table: self._delta(table) for table in DELTA_TABLES}
         self.con.register(UNCOMMITTED["completions"], uncommitted(logged, self.covered))
         self.con.register(UNCOMMITTED["sessions"], live)
-        self.con.execute("SET VARIABLE tracetap_shown_sessions = $1::VARCHAR[]", [self.session_ids])
         empty = frozenset(table for table, delta in versions.items() if delta is None)
         if empty != self.empty:
             self.con.execute("; ".join(f"CREATE OR REPLACE VIEW {table} AS {_view_sql(self.con, table, empty)}"

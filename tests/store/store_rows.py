@@ -1,5 +1,5 @@
 """Helpers for store tests: a completions row factory, a snapshot of the files on disk, and rows stored as a
-v1 writer (per-call files) or a crashed writer (only in the log) left them."""
+crashed writer (only in the log) left them."""
 
 from __future__ import annotations
 
@@ -8,10 +8,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tracetap.store.compaction import next_seq
-from tracetap.store.files import write_parquet_atomic
-from tracetap.store.paths import completion_name, session_dir
-from tracetap.store.tables import rows_to_table
 
 
 def completion(sid: str = "s1", status: str = "ok", **columns) -> dict:
@@ -27,18 +23,6 @@ def snapshot(root: Path) -> dict[str, bytes]:
     return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
 
 
-def record_files(root: Path, count: int, sid: str = "s1") -> list[dict]:
-    """Per-completion files as a v1 writer left them (still read and compacted); returns their rows."""
-    directory = session_dir(root, "completions", sid)
-    start = next_seq(directory)
-    rows = [{**completion(sid, prompt_token_ids=[seq]), "seq": seq, "completion_id": f"c-{seq}"}
-            for seq in range(start, start + count)]
-    for row in rows:
-        write_parquet_atomic(directory / completion_name(row["seq"], row["completion_id"]),
-                             rows_to_table("completions", [row]))
-    return rows
-
-
 CRASHING_WRITER = """
 import os, pickle, sys
 from tracetap.store import StoreWriter
@@ -51,7 +35,7 @@ os._exit(0)  # no close, as after kill -9
 
 
 def abandoned_writer_store(root: Path, rows: list[dict]) -> list[dict]:
-    """Record `rows` with a writer in a subprocess that then dies without closing (a close would compact
+    """Record `rows` with a writer in a subprocess that then dies without closing (a close would commit
     them): they are left only in the group-commit log, as a crashed gateway leaves them. Returns the rows
     as stored."""
     done = subprocess.run([sys.executable, "-c", CRASHING_WRITER, str(root)], input=pickle.dumps(rows),
