@@ -6,11 +6,12 @@ For each first-request size (Claude Code's ~20k tokens, Codex's ~9k, pi's ~1.3k)
 writes one linear agent session through the real StoreWriter: every turn samples ~30% of `--new`
 tokens and gets a tool result with the rest, and the next request repeats the whole conversation
 (Anthropic-shaped `request_json`, Chat-shaped `chat_request_json`, with the text of every token).
-Measured after `close_session`, i.e. the compacted part file, and once the writer has closed, every
-file of the store (the part, the session row, and whatever the group-commit log still holds). The floor is
+Measured after `close_session`, i.e. the session's data file in the completions Delta table (its one
+commit), and once the writer has closed, every file of the store (that file, the sessions table, both
+tables' Delta logs, and whatever the group-commit log still holds). The floor is
 4 B per unique token id (the last call's prompt + sampled ids), 4 B per sampled logprob and the conversation's text once
 (UTF-8). Also reports the median time of one `record_completion` (compact encoding and the fsync'd
-per-call file), the same part written with snappy instead of zstd, and the full form (every call
+log append), the same data file written with snappy instead of zstd, and the full form (every call
 storing its whole prompt ids and bodies, as schema version 1 did, snappy) for comparison.
 Prints a Markdown table and a JSON line with the raw numbers.
 """
@@ -28,7 +29,7 @@ from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
-from tracetap.store import TABLES, StoreReader, StoreWriter, session_dir, storage_schema
+from tracetap.store import TABLES, StoreReader, StoreWriter, storage_schema
 
 VOCAB = 150_000
 SAMPLED_SHARE = 0.3
@@ -46,7 +47,7 @@ class Result:
     snappy_bytes: int
     full_bytes: int
     record_ms: float  # median time of one record_completion (compact encoding + fsync'd file)
-    at_rest_bytes: int  # every file of the store once its writer closed: parts, session row, what the log kept
+    at_rest_bytes: int  # every file of the store once its writer closed: tables, Delta logs, what the log kept
     log_bytes: int  # the log's segment just before close_session: what a writer that kept its live segment
     # until it filled (64 MiB) left at rest on top of the part, as tracetap did before schema version 3
 
@@ -125,7 +126,7 @@ def measure(first_tokens: int, turns: int, new_tokens: int, seed: int = 0) -> Re
                 full_writer.close()
             log_bytes = sum(path.stat().st_size for path in (root / "log").glob("*.jsonl"))
             writer.close_session(sid)
-        [part] = session_dir(root, "completions", sid).glob("part-*.parquet")
+        [part] = (root / "completions" / f"session_id={sid}").glob("*.parquet")  # one commit: one file
         snappy = Path(tmp, "snappy.parquet")
         pq.write_table(pq.read_table(part), snappy, compression="snappy", use_dictionary=False)
         assert StoreReader(root).completions(sid, ["seq"]).num_rows == turns

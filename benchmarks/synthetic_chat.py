@@ -10,10 +10,11 @@ matters for how well Parquet compresses them); lengths are drawn so the context 
 first prompt to exactly `max_context` tokens (last prompt + last sampled ids).
 
 Rows go through `StoreWriter.record_completion` (a durable group-commit log append per call) and every
-session is closed with `close_session` (the writer's own compaction into a part file), as a gateway
-does. On a disk the fsyncs dominate, so several writer processes each fill a shard store on a staging directory
-(tmpfs by default) with disjoint sessions, and each closed session's partitions are moved into the
-target store: the files are exactly what the writer wrote, no row is rewritten.
+session is closed with `close_session` (the writer's own commit into the completions table), as a gateway
+does. On a disk the fsyncs dominate, so several writer processes each fill shard stores on a staging
+directory (tmpfs by default) with disjoint sessions, a batch of sessions per shard, and each shard's
+committed rows are loaded into the target store as they are stored (`store.load_recorded`: one commit a
+batch, no row re-encoded).
 """
 
 from __future__ import annotations
@@ -29,8 +30,9 @@ from multiprocessing import get_context
 from pathlib import Path
 
 import numpy as np
-from tracetap.store import StoreWriter, session_dir
+from tracetap.store import StoreWriter, load_recorded
 
+SHARD_SESSIONS = 32  # sessions a shard store records before it is loaded into the target (one commit)
 # Qwen2/3 vocabulary: ids below ORDINARY are text; the rest are special tokens.
 ORDINARY = 151643
 IM_START, IM_END = 151644, 151645
@@ -139,28 +141,30 @@ def session_rows(index: int, shape: Shape, text: TextIds):
                                      GENERATION_PROMPT]).astype(np.int32)
 
 
-def _move_session(shard: Path, root: Path, sid: str) -> None:
-    """Move a closed session's partitions from a shard store into `root`, files unchanged. The part
-    file is copied: the shard's writer deletes a log segment once parts in the shard cover it."""
-    for table in ("completions", "sessions"):
-        source, target = session_dir(shard, table, sid), session_dir(root, table, sid)
-        if target.exists():
-            raise FileExistsError(f"{target} already exists")
-        (shutil.copytree if table == "completions" else shutil.move)(source, target)
+def _load_shard(shard: Path, root: Path) -> None:
+    """Commit a closed shard store's rows into `root`, read as any Delta reader reads them."""
+    from deltalake import DeltaTable
+
+    completions, sessions = (DeltaTable(str(shard / table)).to_pyarrow_table() for table in ("completions", "sessions"))
+    load_recorded(root, completions, sessions, "tracetap benchmark")
 
 
-def _write_shard(shard: Path, root: Path, indices: list[int], shape: Shape) -> int:
-    """One writer process: record and close each session in `shard`, move it to `root`; returns rows."""
+def _write_shard(staging: Path, root: Path, indices: list[int], shape: Shape) -> int:
+    """One writer process: record and close each session, SHARD_SESSIONS at a time in a fresh shard store
+    under `staging`, and load each shard into `root`; returns rows."""
     text, rows = TextIds(), 0
-    with StoreWriter(shard) as writer:
-        for index in indices:
-            for row in session_rows(index, shape, text):
-                writer.record_completion(row)
-                rows += 1
-            writer.close_session(session_id(index))
-            writer.flush()
-            _move_session(shard, root, session_id(index))
-    shutil.rmtree(shard)
+    for start in range(0, len(indices), SHARD_SESSIONS):
+        shard = Path(tempfile.mkdtemp(prefix="tracetap-bench-", dir=staging))
+        try:
+            with StoreWriter(shard) as writer:
+                for index in indices[start:start + SHARD_SESSIONS]:
+                    for row in session_rows(index, shape, text):
+                        writer.record_completion(row)
+                        rows += 1
+                    writer.close_session(session_id(index))
+            _load_shard(shard, root)
+        finally:
+            shutil.rmtree(shard, ignore_errors=True)
     return rows
 
 
@@ -168,17 +172,11 @@ def write_sessions(root: Path, indices: list[int], shape: Shape, writers: int, s
     """Record the sessions `indices` into the store at `root`; returns the rows written.
 
     `writers` processes each run a StoreWriter on a shard store under `staging` (tmpfs keeps the
-    writer's fsyncs cheap) and move every closed session into `root`.
+    writer's fsyncs cheap) and load every closed session into `root`.
     """
     StoreWriter(root).close()  # the store's layout and VERSION, as the writer makes them
-    shards = [Path(tempfile.mkdtemp(prefix="tracetap-bench-", dir=staging)) / "store" for _ in range(writers)]
-    try:
-        with ProcessPoolExecutor(writers, mp_context=get_context("spawn")) as pool:
-            futures = [pool.submit(_write_shard, shard, root, indices[k::writers], shape)
-                       for k, shard in enumerate(shards)]
-            rows = sum(future.result() for future in futures)
-    finally:
-        for shard in shards:
-            shutil.rmtree(shard.parent, ignore_errors=True)
+    with ProcessPoolExecutor(writers, mp_context=get_context("spawn")) as pool:
+        futures = [pool.submit(_write_shard, staging, root, indices[k::writers], shape) for k in range(writers)]
+        rows = sum(future.result() for future in futures)
     os.sync()  # the copies reach the disk now, not during the timed builds
     return rows

@@ -6,7 +6,7 @@ polars load only when a reader is used.
 """
 
 from tracetap.store.catalog import VIEW_COLUMNS, connect, scan
-from tracetap.store.compaction import compact_sessions
+from tracetap.store.compaction import compact_sessions, load_recorded
 from tracetap.store.connection import StoreConnection
 from tracetap.store.delta import table_layout
 from tracetap.store.files import StoreError, check_store, storage_schema, write_text_atomic
@@ -59,6 +59,7 @@ __all__ = [
     "find_secret",
     "fsync_dir",
     "history",
+    "load_recorded",
     "read_task",
     "migrate_store",
     "read_tasks",

@@ -19,7 +19,7 @@ from collections.abc import Collection
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from tracetap.store.delta import committed_seqs, open_table, replace
+from tracetap.store.delta import committed_seqs, open_table, replace, sql_in, storage_schema
 from tracetap.store.location import StorePath, store_path
 from tracetap.store.log_reading import log_rows, logged_sessions
 from tracetap.store.paths import SESSION_ID_PATTERN, validate_session_id
@@ -78,3 +78,13 @@ def compact_sessions(root: StorePath | str, session_ids: Collection[str] | None 
     before = committed_seqs(open_table(root, "completions"), wanted)
     after = commit_logged(root, logged, writer) if logged.num_rows else {}
     return {sid: count - before.get(sid, 0) for sid, count in after.items() if count > before.get(sid, 0)}
+
+
+def load_recorded(root: StorePath | str, completions: pa.Table, sessions: pa.Table, writer: str) -> None:
+    """Commit calls recorded elsewhere (stored rows of another store's completions table, any sessions)
+    that the table lacks, in one commit, then their sessions' rows in one more: how a store is assembled
+    from stores filled in parallel (a local store takes one writer process at a time)."""
+    root = store_path(root)
+    commit_logged(root, completions.select(storage_schema("completions").names), writer)
+    sids = sessions.column("session_id").to_pylist()
+    replace(root, "sessions", sessions.select(storage_schema("sessions").names), sql_in("session_id", sids), writer)

@@ -29,7 +29,7 @@ from tracetap.store.schema import SCHEMA_VERSION, STORED_TABLES
 
 if TYPE_CHECKING:
     import pyarrow.dataset
-    from deltalake import DeltaTable
+    from deltalake import DeltaTable, WriterProperties
 
 # partition columns: completions keep the per-session layout readers prune by, and a rebuild of traces drops a
 # session's files, never rewriting a file shared with other sessions (a build's commit of 8 sessions over
@@ -42,6 +42,7 @@ TABLE_CONFIGURATION = {"delta.checkpointInterval": "10"}
 # completions keep file statistics of session_id and seq only: what covered seqs and pruning read (statistics
 # of every column would copy up to 32 columns' bounds, JSON text included, into each commit)
 INDEXED_COLUMNS = {"completions": "2"}
+PRUNED_BY = ("session_id", "seq")  # the only columns data files keep statistics of (file_properties)
 DELTA_PROTOCOLS = ("s3", "s3a", "gs", "az", "abfs", "abfss")  # object stores deltalake commits to
 WRITER_KEY = "tracetap.writer"  # commit metadata naming what wrote a version (a command, a gateway)
 COMMIT_ATTEMPTS = 30  # a write racing others commits again on the new version, this many times at most
@@ -84,6 +85,18 @@ def configuration(table: str) -> dict[str, str]:
     """The Delta table properties `table` is created with."""
     indexed = INDEXED_COLUMNS.get(table)
     return TABLE_CONFIGURATION | ({"delta.dataSkippingNumIndexedCols": indexed} if indexed else {})
+
+
+def file_properties() -> WriterProperties:
+    """How data files are written: zstd without dictionaries, statistics only of the columns readers prune
+    by (session_id, seq). Statistics of every column (the default) kept the bounds of each page of JSON
+    text: a 50-turn session's file was 1.7x the size (benchmarks/store_size.py)."""
+    from deltalake import ColumnProperties, WriterProperties
+
+    keys = {name: ColumnProperties(dictionary_enabled=False, statistics_enabled="CHUNK") for name in PRUNED_BY}
+    others = ColumnProperties(dictionary_enabled=False, statistics_enabled="NONE")
+    return WriterProperties(compression="ZSTD", compression_level=3, default_column_properties=others,
+                            column_properties=keys)
 
 
 def storage_schema(table: str) -> pa.Schema:
@@ -143,7 +156,8 @@ def replace(root: StorePath | str, table: str, rows: pa.Table, where: str, write
     for attempt in range(COMMIT_ATTEMPTS):
         try:
             write_deltalake(table_uri(root, table), data, mode="overwrite", predicate=where,
-                            storage_options=storage_options(root), commit_properties=properties)
+                            storage_options=storage_options(root), commit_properties=properties,
+                            writer_properties=file_properties())
             return
         except CommitFailedError:
             if attempt == COMMIT_ATTEMPTS - 1:

@@ -33,7 +33,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 from tracetap.store import migrate_completions
-from tracetap.store.delta import DELTA_TABLES, WRITER_KEY, configuration, storage_schema, table_uri
+from tracetap.store.delta import DELTA_TABLES, WRITER_KEY, configuration, file_properties, storage_schema, table_uri
 from tracetap.store.files import StoreError, read_parquet
 from tracetap.store.location import fsync_dir, remove
 from tracetap.store.log_reading import log_rows
@@ -156,7 +156,7 @@ def _commit(root: Path, table: str, rows: _Rows | _Sessions) -> int:
     stream = pa.RecordBatchReader.from_batches(storage_schema(table), rows.batches())
     try:
         write_deltalake(table_uri(root, table), stream, mode="error", partition_by=list(DELTA_TABLES[table]) or None,
-                        configuration=configuration(table),
+                        configuration=configuration(table), writer_properties=file_properties(),
                         commit_properties=CommitProperties(custom_metadata={WRITER_KEY: WRITER}))
     except Exception:
         if rows.failure is not None:  # deltalake wraps it in its own error, traceback and all
