@@ -41,7 +41,7 @@ from tracetap.builders.runner import (
     list_sessions,
     load_batch,
 )
-from tracetap.store import StoreReader, compact_store, write_session_tables
+from tracetap.store import StoreReader, compact_sessions, write_session_tables
 
 KINDS = ("scan", "prefix_merging", "per_request")
 LABELS = {"scan": "DuckDB scan (floor)", "prefix_merging": "prefix_merging", "per_request": "per_request"}
@@ -135,7 +135,7 @@ def grow(root: Path, sessions: int, shape: Shape, writers: int, staging: Path) -
     start = time.perf_counter()
     rows = write_sessions(root, missing, shape, writers, staging) if missing else 0
     written = time.perf_counter() - start
-    merged = compact_store(root)  # close_session compacted each session already: expect nothing left
+    merged = compact_sessions(root)  # close_session committed each session already: expect nothing left
     return {"sessions_written": len(missing), "rows_written": rows, "write_seconds": written,
             "compaction_left": len(merged), "compact_seconds": time.perf_counter() - start - written}
 

@@ -1,5 +1,5 @@
-"""Helpers for store tests: a completions row factory, a snapshot of the files on disk, and rows stored as a
-crashed writer (only in the log) left them."""
+"""Helpers for store tests: a completions row factory, a snapshot of the files on disk, rows stored as a
+crashed writer (only in the log) left them, and what the completions Delta table and the log hold."""
 
 from __future__ import annotations
 
@@ -7,7 +7,6 @@ import pickle
 import subprocess
 import sys
 from pathlib import Path
-
 
 
 def completion(sid: str = "s1", status: str = "ok", **columns) -> dict:
@@ -42,3 +41,23 @@ def abandoned_writer_store(root: Path, rows: list[dict]) -> list[dict]:
                           capture_output=True, timeout=60)
     assert done.returncode == 0, done.stderr.decode()
     return pickle.loads(done.stdout)
+
+
+def table_calls(root: Path) -> dict[str, list[int]]:
+    """{session: its seqs, sorted} as the completions Delta table itself holds them (read with deltalake, no
+    log): a call the table holds twice shows twice. Empty before the table's first commit."""
+    from deltalake import DeltaTable
+
+    if not (root / "completions" / "_delta_log").is_dir():
+        return {}
+    table = DeltaTable(str(root / "completions")).to_pyarrow_table(columns=["session_id", "seq"])
+    calls: dict[str, list[int]] = {}
+    for sid, seq in sorted(zip(table.column("session_id").to_pylist(), table.column("seq").to_pylist(), strict=True)):
+        calls.setdefault(sid, []).append(seq)
+    return calls
+
+
+def log_names(root: Path) -> list[str]:
+    """The files in the store's `log/` (writers' segments and live session files), sorted."""
+    directory = root / "log"
+    return sorted(path.name for path in directory.iterdir()) if directory.is_dir() else []
