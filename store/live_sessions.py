@@ -57,3 +57,19 @@ def current(rows: pa.Table) -> pa.Table:
     first = pc.invert(pc.fill_null(pc.equal(sids.slice(1), sids.slice(0, len(sids) - 1)), False))
     keep = pa.concat_arrays([pa.array([True]), first.combine_chunks()])
     return ordered.filter(keep).drop_columns(["_revision", "_index"])
+
+
+def remove_committed(root: StorePath, committed: pa.Table) -> None:
+    """Remove the live files whose every row `committed` (the sessions table's rows) holds at that revision or
+    a later one: what a dead writer left. A live writer's file with a newer row stays (and a file of one that
+    rewrote it since is rewritten again at its next change)."""
+    revisions = pc.fill_null(committed.column("revision"), 0).to_pylist()
+    held = dict(zip(committed.column("session_id").to_pylist(), revisions, strict=True))
+    for path in live_files(root):
+        try:
+            rows = read_parquet([path], SESSIONS, ["session_id", "revision"])
+        except FileNotFoundError:
+            continue
+        pairs = zip(rows.column("session_id").to_pylist(), rows.column("revision").to_pylist(), strict=True)
+        if all((revision or 0) <= held.get(sid, -1) for sid, revision in pairs):
+            remove(path)

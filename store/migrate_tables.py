@@ -120,9 +120,11 @@ def convert(root: Path, table: str) -> tuple[int, int] | None:
     _make_durable(root / table)  # before the rows' only other copy goes (deltalake promises no fsync)
     _rename(staging, _done(root, table))
     if table == "completions":
-        for segment in log_segments(root):
+        segments = log_segments(root)
+        for segment in segments:
             remove(segment)
-        fsync_dir(root / LOG_DIR)
+        if segments:
+            fsync_dir(root / LOG_DIR)
     _remove(_done(root, table))
     return rows, len(files)
 

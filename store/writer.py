@@ -58,12 +58,13 @@ from tracetap.store.commit_log import SEGMENT_BYTES, CommitLog
 from tracetap.store.compact_form import History, encode_row
 from tracetap.store.compaction import commit_logged
 from tracetap.store.delta import committed_seqs, open_table, replace, sql_in
+from tracetap.store.delta import read as read_delta
 from tracetap.store.files import StoreError, outdated, read_version, write_text_atomic
 from tracetap.store.flusher import Flusher
-from tracetap.store.live_sessions import read_live, write_live
+from tracetap.store.live_sessions import read_live, remove_committed, write_live
 from tracetap.store.location import ObjectPath, StorePath, ensure_dir, remove, store_path
 from tracetap.store.log_reading import log_rows, log_seqs, segment_sessions
-from tracetap.store.paths import LOG_DIR, VERSION_FILE, live_files, log_segments, validate_name, validate_session_id
+from tracetap.store.paths import LOG_DIR, VERSION_FILE, log_segments, validate_name, validate_session_id
 from tracetap.store.reading import read_completions, read_sessions
 from tracetap.store.schema import (
     COMPLETION_STATUSES,
@@ -270,7 +271,8 @@ class StoreWriter:
 
     def _recover(self) -> set[str]:
         """Commit what dead writers left (their logged calls; their sessions' rows, recounted), then drop
-        their log segments and live files; returns the ids of every session the store holds."""
+        their log segments and the live files the table now holds; returns the ids of every session the store
+        holds."""
         logged = log_rows(self.root)
         live = read_live(self.root)
         sids = sorted(set(logged.column("session_id").to_pylist()) | set(live.column("session_id").to_pylist()))
@@ -279,9 +281,9 @@ class StoreWriter:
             states = {sid: self._load(sid) for sid in batch}
             self._commit(states, logged.filter(pc.field("session_id").isin(batch)))
         self._drop_covered()
-        for path in live_files(self.root):
-            remove(path)  # every row in them is committed now
-        return set(read_sessions(self.root).column("session_id").to_pylist()) | set(sids)
+        remove_committed(self.root, read_delta(open_table(self.root, "sessions"), "sessions"))
+        committed = committed_seqs(open_table(self.root, "completions"))
+        return set(read_sessions(self.root).column("session_id").to_pylist()) | set(sids) | committed.keys()
 
     def _commit(self, states: dict[str, _Session], logged: pa.Table) -> None:
         """One commit of the sessions' logged calls, then one of their rows (as they are now)."""

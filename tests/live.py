@@ -15,15 +15,14 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import httpx
-import pyarrow.parquet as pq
 from tracetap.capture.upstream import TokenCapture, parse_chat_response, parse_chat_stream
-from tracetap.store import connect
+from tracetap.store import TABLES, StoreReader, connect, scan
 
 from tracetap.control import control_token
 from tracetap.launch import ChildProcess, GatewayProcess, free_port, register_session, start_gateway
@@ -37,7 +36,8 @@ ENGINE_READY = re.compile(r"tracetap engine serving \S+ at (http://\S+)")
 
 __all__ = ["FIXTURES", "CHAT_FIXTURES", "ERROR_FIXTURES", "GatewayProcess", "EngineProcess", "Plan", "register_session",
            "StubUpstream", "fixture_body", "fixture_capture", "fixture_request", "free_port", "scripted_gateway",
-           "settled_snapshot", "start_engine", "start_gateway", "store_rows", "write_script"]
+           "committed_seqs", "logged_seqs", "settled_snapshot", "start_engine", "start_gateway", "store_rows",
+           "write_script"]
 
 
 def control_headers() -> dict[str, str]:
@@ -109,37 +109,83 @@ def store_rows(store: Path, where: str = "true", params: list | None = None) -> 
         return [dict(zip(names, values, strict=True)) for values in cursor.fetchall()]
 
 
-def _data_digest(store: Path, path: Path) -> str | None:
-    """sha256 of a file's data. A sessions row is hashed without `unrecorded_json` (the count of calls
-    answered without a completion, which every call may bump), and is None when that is all it holds."""
-    if path.relative_to(store).parts[0] != "sessions" or path.suffix != ".parquet":
-        return hashlib.sha256(path.read_bytes()).hexdigest()
-    row = pq.ParquetFile(path).read().to_pylist()[0]  # one open: the writer replaces this file as we read
-    row.pop("unrecorded_json", None)
-    if not row["completions"] and not any(row[k] for k in ("task_id", "harness", "metadata_json")):
-        return None
-    return hashlib.sha256(json.dumps(row, default=str, sort_keys=True).encode()).hexdigest()
+KEYED = {"rewards": "session_id", "trajectories": "session_id", "rollouts": "task_id"}  # tables, by row key
+QUIET = 1.0  # seconds a settled store stays unchanged: twice the writer's 0.5 s delay before it saves
+# the session rows a call changed
+QUIET_SESSION = ("completions", "task_id", "harness", "metadata_json")  # a row without these holds nothing
+
+
+def _digest(value: object) -> str:
+    return hashlib.sha256(json.dumps(value, default=str, sort_keys=True).encode()).hexdigest()
+
+
+def _table_digests(store: Path) -> dict[str, str]:
+    """Digests of the rows tracetap reads from each table, by table and key (`completions/session_id=s1`).
+    A sessions row is hashed without `unrecorded_json` (the count of calls answered without a completion,
+    which every call may bump) and `revision` (bumped with it), and left out when that is all it holds."""
+    reader = StoreReader(store)
+    digests = {f"completions/session_id={sid}": _digest(table.to_pylist())
+               for sid, table in reader.completions_of(reader.session_ids()).items()}
+    for row in reader.sessions():
+        del row["unrecorded_json"], row["revision"]
+        if any(row[column] for column in QUIET_SESSION):
+            digests[f"sessions/session_id={row['session_id']}"] = _digest(row)
+    for table, key in KEYED.items():
+        by_key: dict[str, list[dict]] = {}
+        for row in scan(store, table).collect().to_dicts():
+            by_key.setdefault(row[key], []).append(row)
+        digests |= {f"{table}/{key}={value}": _digest(sorted(rows, key=_digest)) for value, rows in by_key.items()}
+    return digests
+
+
+def _file_digests(store: Path) -> dict[str, str]:
+    """sha256 of every file outside the tables (read through tracetap instead) and the writers' logs (their
+    calls are in the completions read; compaction moves them into the table)."""
+    skipped = {"log", ".writer.lock", *TABLES}
+    return {str(path.relative_to(store)): hashlib.sha256(path.read_bytes()).hexdigest()
+            for path in sorted(store.rglob("*")) if path.is_file() and path.relative_to(store).parts[0] not in skipped}
 
 
 def settled_snapshot(store: Path, timeout: float = 10.0) -> dict[str, str]:
-    """The store's data files and their digests (see _data_digest), read once they stop changing: the
-    writer saves session rows on a background thread shortly after each call, so an immediate read
-    can race that save. Equal snapshots: no call wrote any data (counting unrecorded calls aside)."""
-    previous, steady, deadline = None, 0, time.monotonic() + timeout
+    """The store's data (see _table_digests, _file_digests), read once it stops changing: the writer
+    saves session rows on a background thread shortly after each call, so an immediate read can race
+    that save. Equal snapshots: no call wrote any data (counting unrecorded calls aside)."""
+    previous, since, deadline = None, time.monotonic(), time.monotonic() + timeout
     while time.monotonic() < deadline:
         try:
-            digests = {str(p.relative_to(store)): _data_digest(store, p)
-                       for p in sorted(store.rglob("*")) if p.is_file() and p.name != ".writer.lock"}
+            current = _file_digests(store) | _table_digests(store)
         except FileNotFoundError:  # a temp file renamed as we listed: the store is still changing
-            digests = None
-        current = None if digests is None else {name: d for name, d in digests.items() if d is not None}
-        quiet = current is not None and current == previous and not any(name.endswith(".tmp") for name in current)
-        steady = steady + 1 if quiet else 0
-        if steady == 3:  # unchanged for ~0.6 s: well past the writer's 50 ms batching of session rows
+            current = None
+        if current is None or current != previous or any(name.endswith(".tmp") for name in current):
+            previous, since = current, time.monotonic()
+        elif time.monotonic() - since >= QUIET:
             return current
-        previous = current
         time.sleep(0.2)
     raise AssertionError(f"the store at {store} kept changing for {timeout} s")
+
+
+def committed_seqs(store: Path, sid: str) -> list[int]:
+    """The seqs of a session's calls the `completions` Delta table holds, as any Delta reader sees them
+    (none before the table's first commit)."""
+    from deltalake import DeltaTable
+
+    if not DeltaTable.is_deltatable(str(store / "completions")):
+        return []
+    table = DeltaTable(str(store / "completions")).to_pyarrow_table(partitions=[("session_id", "=", sid)],
+                                                                    columns=["seq"])
+    return sorted(table.column("seq").to_pylist())
+
+
+def logged_seqs(store: Path, sid: str) -> list[int]:
+    """The seqs of a session's calls in the writers' group-commit logs (`log/*.jsonl`: a JSON row a line)."""
+    seqs = []
+    for segment in sorted((store / "log").glob("*.jsonl")):
+        for line in segment.read_bytes().splitlines():
+            with suppress(ValueError):  # a torn tail
+                row = json.loads(line)
+                if row.get("session_id") == sid:
+                    seqs.append(row["seq"])
+    return sorted(seqs)
 
 
 Answer = Callable[[dict], tuple[int, bytes, dict[str, str]]]  # request body -> (status, body, headers)

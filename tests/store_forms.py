@@ -59,7 +59,7 @@ def as_form(root: Path, form: str | None = None) -> Path:
 
 def downgrade(root: Path, version: int) -> None:
     """Rewrite a current store (no writer open on it) in the file layout of schema version 2 (or 1)."""
-    completions = _full_rows(root) if version == 1 else _stored_rows(root)
+    completions = _full_rows(root) if version == 1 else stored_rows(root)
     tables = {table: read(open_table(root, table), table) for table in DELTA_TABLES}
     for table in DELTA_TABLES:
         shutil.rmtree(root / table, ignore_errors=True)
@@ -82,7 +82,7 @@ def _full_rows(root: Path) -> dict[str, pa.Table]:
     return reader.completions_of(reader.session_ids(), V1_SCHEMA.names)
 
 
-def _stored_rows(root: Path) -> dict[str, pa.Table]:
+def stored_rows(root: Path) -> dict[str, pa.Table]:
     """Every session's stored (compact) rows in seq order, by session."""
     rows = stored_completions(root, None, V2_COMPLETIONS.names).sort_by([("session_id", "ascending"),
                                                                           ("seq", "ascending")])

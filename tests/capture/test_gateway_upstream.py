@@ -141,10 +141,10 @@ def test_idle_sessions_get_compacted(stub, tmp_path):
     store = tmp_path / "store"
     with live.start_gateway(store, "--upstream", stub.url, "--idle-compact", "1") as gw:
         assert post(gw, "idle-run").status_code == post(gw, "idle-run").status_code == 200
-        directory = store / "completions" / "session_id=idle-run"
         deadline = time.monotonic() + 15
-        while [p.name for p in directory.glob("*.parquet")] != ["part-2.parquet"]:
-            assert time.monotonic() < deadline, [p.name for p in directory.iterdir()]
+        while (live.committed_seqs(store, "idle-run"), live.logged_seqs(store, "idle-run")) != ([0, 1], []):
+            assert time.monotonic() < deadline, (live.committed_seqs(store, "idle-run"),
+                                                 live.logged_seqs(store, "idle-run"))
             time.sleep(0.2)
     assert [r["seq"] for r in stored(store, "idle-run")] == [0, 1]
 

@@ -6,6 +6,8 @@ from __future__ import annotations
 import pickle
 import subprocess
 import sys
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 
@@ -27,17 +29,20 @@ import os, pickle, sys
 from tracetap.store import StoreWriter
 writer = StoreWriter(sys.argv[1])
 stored = [writer.record_completion(row) for row in pickle.load(sys.stdin.buffer)]
+if sys.argv[2:] == ["flush"]:
+    writer.flush()  # its live session rows written
 sys.stdout.buffer.write(pickle.dumps(stored))
 sys.stdout.flush()
 os._exit(0)  # no close, as after kill -9
 """
 
 
-def abandoned_writer_store(root: Path, rows: list[dict]) -> list[dict]:
+def abandoned_writer_store(root: Path, rows: list[dict], flush: bool = False) -> list[dict]:
     """Record `rows` with a writer in a subprocess that then dies without closing (a close would commit
-    them): they are left only in the group-commit log, as a crashed gateway leaves them. Returns the rows
-    as stored."""
-    done = subprocess.run([sys.executable, "-c", CRASHING_WRITER, str(root)], input=pickle.dumps(rows),
+    them): they are left only in the group-commit log, as a crashed gateway leaves them (`flush`: with its
+    live session rows written, else most likely without). Returns the rows as stored."""
+    done = subprocess.run([sys.executable, "-c", CRASHING_WRITER, str(root), *(["flush"] if flush else [])],
+                          input=pickle.dumps(rows),
                           capture_output=True, timeout=60)
     assert done.returncode == 0, done.stderr.decode()
     return pickle.loads(done.stdout)
@@ -61,3 +66,11 @@ def log_names(root: Path) -> list[str]:
     """The files in the store's `log/` (writers' segments and live session files), sorted."""
     directory = root / "log"
     return sorted(path.name for path in directory.iterdir()) if directory.is_dir() else []
+
+
+def wait_for(condition: Callable[[], object], timeout: float = 60.0) -> bool:
+    """Poll `condition` until it holds or `timeout` seconds passed; whether it holds."""
+    deadline = time.monotonic() + timeout
+    while not condition() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return bool(condition())

@@ -1,12 +1,11 @@
 import json
+from pathlib import Path
 
 import pytest
 from store_rows import completion
-from tracetap.store import StoreWriter, connect, save_task, scan, write_session_table
+from tracetap.store import StoreReader, StoreWriter, connect, save_task, scan, write_session_table
 from tracetap.store.catalog import VIEW_COLUMNS
-from tracetap.store.paths import session_dir
 from tracetap.store.schema import TABLES
-from tracetap.store.snapshot import snapshot
 
 
 def view_types(con, table):
@@ -109,15 +108,20 @@ def test_scan_of_an_empty_table_has_the_schema(root, table):
     assert frame.height == 0 and frame.columns == TABLES[table].names
 
 
-def test_temp_files_are_invisible_to_readers(root):
+def test_files_no_commit_holds_are_invisible_to_readers(root):
     with StoreWriter(root) as w:
         w.record_completion(completion())
         w.close_session("s1")
-    directory = session_dir(root, "completions", "s1")
-    (directory / ".00000001-x.parquet.deadbeef.tmp").write_bytes(b"PAR1 half a file")
+    [committed] = StoreReader(root).files("completions")
+    directory = Path(committed.removeprefix("file://")).parent
+    # a write that died before its commit, and a log segment's temp file
+    (directory / "part-00000-0c0ffee0-0000-0000-0000-000000000000-c000.zstd.parquet").write_bytes(
+        Path(committed.removeprefix("file://")).read_bytes())
+    (root / "log" / ".0dead-000000.jsonl.deadbeef.tmp").write_bytes(b'{"session_id":"s1","seq":1,')
     assert connect(root).execute("SELECT count(*) FROM completions").fetchone() == (1,)
     assert scan(root, "completions").collect().height == 1
-    assert snapshot(root).files("completions") == [str(directory / "part-1.parquet")]
+    assert StoreReader(root).completions("s1").num_rows == 1
+    assert StoreReader(root).files("completions") == [committed]
 
 
 def test_scan_rejects_unknown_tables(root):
@@ -147,3 +151,30 @@ def test_completions_carry_their_chain_and_side_call_flag(root):
     assert con.execute(query).fetchall()[:4] == [(ids[0], 0, False), (ids[1], 0, False), (ids[2], 1, True),
                                                  (ids[3], 0, False)]
     assert con.execute("SELECT count(*) FROM completions").fetchone() == (6,)
+
+
+def test_filters_on_any_column_find_the_rows_they_match(tmp_path):
+    """A WHERE on a column the data files keep no statistics of finds its rows all the same."""
+    fill(tmp_path)
+    con = connect(tmp_path)
+    queries = {"SELECT count(*) FROM completions WHERE status = 'ok'": 2,
+               "SELECT count(*) FROM completions WHERE task_id = 't1'": 1,
+               "SELECT count(*) FROM sessions WHERE status = 'open'": 2,
+               "SELECT count(*) FROM sessions WHERE completions = 1": 2,
+               "SELECT count(*) FROM rewards WHERE evaluator = 'e'": 1,
+               "SELECT count(*) FROM rewards WHERE reward > 0.5": 1,
+               "SELECT count(*) FROM trajectories WHERE trace_index = 0": 1,
+               "SELECT count(*) FROM rollouts WHERE task_id = 't1'": 1,
+               "SELECT count(*) FROM rollouts WHERE status = 'completed'": 1}
+    assert {sql: con.execute(sql).fetchone()[0] for sql in queries} == queries
+
+
+def test_sessions_view_shows_each_sessions_newest_row(root):
+    with StoreWriter(root) as w:
+        con = connect(root)
+        w.record_completion(completion())
+        w.close_session("s1")  # committed: the table holds the row
+        w.record_completion(completion())
+        w.flush()  # the newer row is in the writer's live file
+        assert con.execute("SELECT completions, status FROM sessions").fetchall() == [(2, "open")]
+    assert con.execute("SELECT completions, status FROM sessions").fetchall() == [(2, "open")]

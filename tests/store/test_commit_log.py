@@ -1,4 +1,5 @@
-"""The group-commit log: exact round trips, torn tails, segment rotation and deletion, recovery."""
+"""The group-commit log: exact round trips, torn tails, segment rotation and deletion once the completions
+table holds their rows, recovery."""
 
 from __future__ import annotations
 
@@ -11,15 +12,16 @@ import sys
 import threading
 from datetime import UTC, datetime, timedelta
 
-import pyarrow.parquet as pq
 import pytest
+from deltalake import DeltaTable
 from store_rows import abandoned_writer_store, completion
 from tracetap.store import StoreWriter, connect, scan
 from tracetap.store.commit_log import encode_line
-from tracetap.store.files import write_parquet_atomic
+from tracetap.store.compaction import commit_logged
+from tracetap.store.delta import committed_seqs, open_table, storage_schema
 from tracetap.store.log_reading import log_rows
-from tracetap.store.paths import log_segments, session_dir
-from tracetap.store.reading import read_session
+from tracetap.store.paths import live_files, log_segments
+from tracetap.store.reading import read_completions
 
 
 def float32s(rng: random.Random, count: int) -> list[float]:
@@ -40,20 +42,23 @@ def awkward_row(rng: random.Random) -> dict:
         request_json='{"messages": ["\\ud83d\\ude00 ☃"]}', metadata_json=None, http_status=200)
 
 
-def test_log_rows_equal_parquet_rows_in_python_and_sql(tmp_path):
+def test_log_rows_equal_table_rows_in_python_and_sql(tmp_path):
+    """The same rows read from the log and, committed, from the Delta table: equal in every reader."""
     rng = random.Random(11)
-    parquet = tmp_path / "parquet"
-    StoreWriter(parquet).close()
-    with StoreWriter(tmp_path / "log") as writer:  # read while open: its close would compact the rows
+    committed = tmp_path / "committed"
+    StoreWriter(committed).close()
+    with StoreWriter(tmp_path / "log") as writer:  # read while open: its close would commit the rows
         for _ in range(3):
             writer.record_completion(awkward_row(rng))
         logged = log_rows(tmp_path / "log")  # the stored (compact) form
-        write_parquet_atomic(session_dir(parquet, "completions", "s1") / "part-3.parquet", logged)
-        assert logged.equals(pq.read_table(session_dir(parquet, "completions", "s1") / "part-3.parquet"))
-        for_python = [read_session(session_dir(store, "completions", "s1")) for store in (tmp_path / "log", parquet)]
+        assert commit_logged(committed, logged, "test") == {"s1": 3}
+        assert log_rows(committed).num_rows == 0
+        in_table = DeltaTable(str(committed / "completions")).to_pyarrow_table().select(logged.column_names)
+        assert in_table.cast(storage_schema("completions")).equals(logged)
+        for_python = [read_completions(store, ["s1"])["s1"] for store in (tmp_path / "log", committed)]
         assert for_python[0].equals(for_python[1]) and for_python[0].column("seq").to_pylist() == [0, 1, 2]
         sql = "SELECT * EXCLUDE (chain_index, side_call) FROM completions ORDER BY seq"
-        assert connect(tmp_path / "log").sql(sql).to_arrow_table() == connect(parquet).sql(sql).to_arrow_table()
+        assert connect(tmp_path / "log").sql(sql).to_arrow_table() == connect(committed).sql(sql).to_arrow_table()
 
 
 def test_float32_values_survive_json(tmp_path):
@@ -64,6 +69,7 @@ def test_float32_values_survive_json(tmp_path):
         assert log_rows(tmp_path).column("logprobs")[0].as_py() == values
         got = connect(tmp_path).execute("SELECT logprobs FROM completions").fetchone()[0]
     assert got == values
+    assert connect(tmp_path).execute("SELECT logprobs FROM completions").fetchone()[0] == values  # committed
 
 
 def test_rows_that_json_cannot_hold_are_refused_before_the_log(writer, root):
@@ -91,7 +97,8 @@ def test_a_torn_tail_is_never_visible_and_a_restart_drops_it(root, cut):
     assert con.sql("SELECT completion_id FROM completions").fetchall() == [(first["completion_id"],)]
     assert scan(root, "completions").collect()["completion_id"].to_list() == [first["completion_id"]]
     with StoreWriter(root) as writer:
-        assert log_segments(root) == []  # recovered into part-1, torn tail dropped with its segment
+        assert log_segments(root) == []  # recovered: its row committed, the torn tail dropped with its segment
+        assert committed_seqs(open_table(root, "completions")) == {"s1": 1}
         assert writer.record_completion(completion())["seq"] == 1
     assert con.sql("SELECT seq FROM completions ORDER BY seq").fetchall() == [(0,), (1,)]
 
@@ -102,43 +109,44 @@ def test_a_whole_last_line_without_its_newline_is_a_row(root):
     root.joinpath("log").mkdir()
     (root / "log" / "0dead-000000.jsonl").write_bytes(logged_line(0).rstrip(b"\n"))
     assert connect(root).execute("SELECT count(*) FROM completions").fetchone() == (1,)
-    assert read_session(session_dir(root, "completions", "s1")).num_rows == 1
+    assert read_completions(root, ["s1"])["s1"].num_rows == 1
 
 
-def test_segments_rotate_and_go_once_parts_cover_them(root):
-    with StoreWriter(root, segment_bytes=2000, retire_after=0) as writer:
+def test_segments_rotate_and_go_once_the_table_holds_them(root):
+    with StoreWriter(root, segment_bytes=2000) as writer:
         for _ in range(10):
             writer.record_completion(completion("kept-open"))
             writer.record_completion(completion("closed"))
         assert len(log_segments(root)) > 3
         writer.close_session("closed")
         assert len(log_segments(root)) > 3  # every segment still holds rows of kept-open
+        assert committed_seqs(open_table(root, "completions")) == {"closed": 10}
         writer.close_session("kept-open")
-        remaining = log_segments(root)
-        assert len(remaining) <= 1  # only the live segment may stay
+        assert log_segments(root) == []  # the table holds every row: all go at once, the live one too
         writer.record_completion(completion("kept-open"))
-        assert set(log_segments(root)) >= set(remaining)
+        assert len(log_segments(root)) == 1
     rows = connect(root).sql("SELECT session_id, count(*) FROM completions GROUP BY ALL ORDER BY 1").fetchall()
     assert rows == [("closed", 10), ("kept-open", 11)]
 
 
-def test_what_compaction_supersedes_outlives_its_grace_hidden_and_goes_on_close(root):
-    writer = StoreWriter(root, segment_bytes=2000, retire_after=60)
-    for _ in range(6):
-        writer.record_completion(completion("s1"))
-    segments = set(map(str, log_segments(root)))
-    assert len(segments) > 1
-    writer.close_session("s1")
-    writer.record_completion(completion("s1"))
-    writer.close_session("s1")  # part-7 supersedes part-6: both parts, and the segments, wait out the grace
-    directory = session_dir(root, "completions", "s1")
-    assert sorted(p.name for p in directory.glob("*.parquet")) == ["part-6.parquet", "part-7.parquet"]
-    assert segments <= {str(p) for p in (root / "log").iterdir()}
-    assert connect(root).sql("SELECT count(*), count(DISTINCT seq) FROM completions").fetchall() == [(7, 7)]
-    assert len(read_session(directory)) == 7  # readers see the new part only
+def test_a_writer_that_closed_leaves_an_empty_log_and_each_call_once_in_the_table(root):
+    writer = StoreWriter(root, segment_bytes=2000)
+    for n in range(6):
+        writer.record_completion(completion(f"s{n % 2}"))
+    writer.close_session("s0")
+    writer.record_completion(completion("s0"))
+    writer.flush()
+    assert log_segments(root) and live_files(root)  # s1's calls, s0's last one, their rows: uncommitted
     writer.close()
-    assert [p.name for p in directory.glob("*.parquet")] == ["part-7.parquet"]
-    assert segments - {str(p) for p in (root / "log").iterdir()}  # the retired ones are gone
+    assert not [path.name for path in (root / "log").iterdir()]
+    table = DeltaTable(str(root / "completions")).to_pyarrow_table(columns=["session_id", "seq"])
+    keys = sorted(zip(table["session_id"].to_pylist(), table["seq"].to_pylist(), strict=True))
+    assert keys == [("s0", seq) for seq in range(4)] + [("s1", seq) for seq in range(3)]
+    sessions = DeltaTable(str(root / "sessions")).to_pyarrow_table(columns=["session_id", "completions"])
+    assert sorted(sessions.to_pylist(), key=lambda row: row["session_id"]) == [
+        {"session_id": "s0", "completions": 4}, {"session_id": "s1", "completions": 3}]
+    assert connect(root).sql("SELECT count(*), count(DISTINCT (session_id, seq)) FROM completions").fetchall() == [
+        (7, 7)]
 
 
 def test_concurrent_calls_share_batches_and_keep_session_order(root):
@@ -187,7 +195,7 @@ with StoreWriter(sys.argv[1]) as writer:
 @pytest.mark.parametrize("caller", ["thread", "loop", "loop-alone"])
 def test_a_failed_write_leaves_no_line_of_its_batch_and_the_next_call_goes_on(root, caller):
     """A real write failure: a file size limit (RLIMIT_FSIZE) that the second row crosses mid-line. The log
-    is read while the child's writer is open (its close compacts the rows into a part)."""
+    is read while the child's writer is open (its close commits the rows to the table)."""
     line = len(encode_line({**completion(), "error": "x" * 700, "completion_id": "c-0", "seq": 0,
                            "finished_at": datetime(2026, 1, 1, tzinfo=UTC)}))
     args = [sys.executable, "-c", FILE_LIMIT_SCRIPT, str(root), str(line + line // 2), caller]
@@ -214,7 +222,7 @@ def test_recovery_stops_at_a_gap_and_keeps_what_lies_past_it_visible(root, from_
     (root / "log").mkdir()
     (root / "log" / "0dead-000000.jsonl").write_bytes(logged_line(0) + logged_line(2))  # seq 1 never written
     with StoreWriter(root) as writer:
-        assert [p.name for p in session_dir(root, "completions", "s1").glob("*.parquet")] == ["part-1.parquet"]
+        assert committed_seqs(open_table(root, "completions")) == {"s1": 1}
         assert [p.name for p in log_segments(root)] == ["0dead-000000.jsonl"]  # seq 2 is only there
         row = asyncio.run(writer.record_completion_async(completion())) if from_loop else \
             writer.record_completion(completion())

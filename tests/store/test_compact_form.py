@@ -6,16 +6,16 @@ import json
 import tempfile
 from pathlib import Path
 
-import pyarrow.parquet as pq
+import polars
 import pytest
 from compact_sessions import session_calls
+from deltalake import DeltaTable
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from tracetap.store import StoreWriter, compact_form, connect, scan
 from tracetap.store.body_chunks import chunk_spans
 from tracetap.store.compact_form import MAX_KEYS, MAX_TIPS, History, chunk_key, encode_row, join_body
-from tracetap.store.paths import session_dir
-from tracetap.store.reading import read_session
+from tracetap.store.reading import read_completions
 
 CHECKED = ["prompt_token_ids", "request_json", "chat_request_json"]
 
@@ -49,8 +49,9 @@ def test_view_and_reader_give_back_what_was_recorded(seed, sessions, calls):
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp, "store")
         recorded = record(root, {f"s{i}": session_calls(seed + i, f"s{i}", calls) for i in range(sessions)}, seed)
+        read = read_completions(root)
         for sid, rows in recorded.items():
-            assert read_session(session_dir(root, "completions", sid)).to_pylist() == rows
+            assert read[sid].to_pylist() == rows
         columns = ", ".join(["session_id", "seq", *CHECKED])
         got = connect(root).execute(f"SELECT {columns} FROM completions ORDER BY session_id, seq").fetchall()
         assert got == expected(recorded)
@@ -65,11 +66,16 @@ def test_a_linear_session_stores_each_prompt_as_a_reference_to_the_turn_before(t
         for row in rows:
             writer.record_completion(row)
         writer.close_session("s")
-    part = pq.read_table(session_dir(tmp_path, "completions", "s") / "part-4.parquet")
+    committed = DeltaTable(str(tmp_path / "completions")).to_pyarrow_table(filters=[("session_id", "=", "s")])
+    part = committed.sort_by("seq")
     assert part.column("prompt_token_ids").null_count == 4
     assert part.column("prompt_ref_seq").to_pylist() == [None, 0, 1, 2]
     assert part.column("prompt_ref_len").to_pylist() == [None, 105, 115, 125]
     assert [len(ids) for ids in part.column("prompt_suffix_ids").to_pylist()] == [100, 5, 5, 5]
+    scanned = polars.scan_delta(str(tmp_path / "completions")).sort("seq").collect()  # another engine: as stored
+    assert scanned["prompt_ref_seq"].to_list() == [None, 0, 1, 2] and scanned["prompt_token_ids"].null_count() == 4
+    assert [len(ids) for ids in read_completions(tmp_path, ["s"])["s"]["prompt_token_ids"].to_pylist()] == [
+        len(row["prompt_token_ids"]) for row in rows]
 
 
 def test_a_json_body_is_cut_on_exact_spans_and_each_chunk_stored_once():
@@ -127,7 +133,9 @@ def test_a_call_whose_write_fails_is_never_referred_to(writer, root):
         writer.record_completion({"session_id": "s", "status": "ok", "prompt_token_ids": prompts[2],
                                   "request_json": '{"messages": ["\ud800 is no UTF-8 at all"]}'})
     rows += [writer.record_completion({"session_id": "s", "status": "ok", "prompt_token_ids": prompts[3]})]
-    assert read_session(session_dir(root, "completions", "s")).to_pylist() == rows
+    assert read_completions(root, ["s"])["s"].to_pylist() == rows
+    writer.close_session("s")  # committed: read back from the table alike
+    assert read_completions(root, ["s"])["s"].to_pylist() == rows
 
 
 @settings(max_examples=200, deadline=None)

@@ -1,18 +1,22 @@
 """Older stores brought to the current schema version by `tracetap migrate`, and refused until then.
 
-A schema-version-1 store (tests/fixtures/store-v1) has its completions as full rows; a version-2 store
-(made here) keeps rewards, trajectories and rollouts as trees of files. Migrations are interrupted
-(stopped, killed, or left in each crash state of a table's switch) and finished by running them again.
+A schema-version-1 store (tests/fixtures/store-v1) has its completions as full rows in part and per-call
+files; a version-2 store (made here, in the layout tests/store_forms.py writes) has them in the compact
+form, some only in the log a dead gateway left, and every other table as a tree of files too. Each
+table becomes a Delta table with the rows the old store showed. Migrations are interrupted (stopped,
+killed, or left in each crash state of a table's switch) and finished by running them again.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
 import sys
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -22,7 +26,16 @@ import pytest
 from click.testing import CliRunner
 from deltalake import write_deltalake
 from sample_store import make_store
-from store_forms import V1_SCHEMA, as_form
+from store_forms import (
+    V1_SCHEMA,
+    V1_SESSIONS,
+    append_log,
+    as_form,
+    stored_rows,
+    write_part,
+    write_per_call,
+    write_sessions,
+)
 from store_rows import completion, snapshot
 from tracetap.builders.exports import export
 from tracetap.builders.runner import build
@@ -32,7 +45,6 @@ from tracetap.store import (
     StoreReader,
     StoreWriter,
     check_store,
-    compact_store,
     connect,
     migrate_store,
     read_tasks,
@@ -40,19 +52,20 @@ from tracetap.store import (
     scan,
     write_session_table,
 )
-from tracetap.store.delta import WRITER_KEY, open_table, read, table_uri
-from tracetap.store.paths import session_dir
-from tracetap.store.reading import read_session
+from tracetap.store.delta import DELTA_TABLES, WRITER_KEY, committed_seqs, open_table, read, storage_schema, table_uri
+from tracetap.store.paths import log_segments
+from tracetap.store.reading import read_sessions
 from tracetap.store.schema import COMPLETIONS
 from tracetap.store.tables import rows_to_table
 
 from tracetap.cli import cli
 
 FIXTURE = Path(__file__).parents[1] / "fixtures" / "store-v1"
-SESSIONS = ["linear", "loose", "mixed"]
-ROWS = 13
+V1_COUNTS, V1_FILES = {"completions": 13, "sessions": 3}, {"completions": 7, "sessions": 3}
 CURRENT = f"{SCHEMA_VERSION}\n"
 AT = datetime(2025, 5, 1, 12, 0, tzinfo=UTC)
+SUPERSEDED = "a superseded copy: no reader ever showed it"
+DELTA_FILE = re.compile(r"part-\d{5}-[0-9a-f-]{36}-c\d{3}\.zstd\.parquet")  # deltalake's data files
 
 # the version-2 store's trees: (path under the store, rows of one file)
 REWARDS = {
@@ -84,10 +97,25 @@ TASKS = {
     "t2": {"request": {"task_id": "t2", "prompt": "and this", "n": 1},
            "result": {"task_id": "t2", "status": "running", "sessions": []}},
 }
-COUNTS = {"rewards": 3, "trajectories": 4, "rollouts": 2}
-FILES = {"rewards": 3, "trajectories": 3, "rollouts": 2}
+CALLS = {"s1": 5, "s2": 2, "s3": 3}  # the version-2 store's calls per session
+COUNTS = {"completions": 10, "sessions": 3, "rewards": 3, "trajectories": 4, "rollouts": 2}
+FILES = {"completions": 4, "sessions": 3, "rewards": 3, "trajectories": 3, "rollouts": 2}
 KEYS = {"rewards": ["session_id", "evaluator"], "trajectories": ["builder", "session_id", "trace_index"],
         "rollouts": ["task_id"]}
+
+
+def fixture_rows() -> dict[str, list[dict]]:
+    """What a version-1 reader showed of the fixture: each session's files (all of them: no part supersedes
+    a per-call file there), its rows in seq order."""
+    rows = {}
+    for directory in sorted(FIXTURE.glob("completions/session_id=*")):
+        files = [pq.ParquetFile(path).read().cast(V1_SCHEMA) for path in sorted(directory.glob("*.parquet"))]
+        rows[directory.name.removeprefix("session_id=")] = pa.concat_tables(files).sort_by("seq").to_pylist()
+    return rows
+
+
+def fixture_sessions() -> list[dict]:
+    return [pq.ParquetFile(path).read().to_pylist()[0] for path in sorted(FIXTURE.glob("sessions/*/session.parquet"))]
 
 
 @pytest.fixture
@@ -97,21 +125,56 @@ def v1(tmp_path: Path) -> Path:
 
 @pytest.fixture
 def reference(tmp_path: Path) -> Path:
-    """The v1 fixture's rows read as is: a copy that claims the current version (readers still expand
-    full rows), what every migration of the fixture must read the same as."""
-    root = Path(shutil.copytree(FIXTURE, tmp_path / "reference"))
-    (root / "VERSION").write_text(CURRENT)
+    """The v1 fixture's rows recorded by today's writer: a store that reads as the fixture did."""
+    root = tmp_path / "reference"
+    with StoreWriter(root) as writer:
+        for session, rows in zip(fixture_sessions(), fixture_rows().values(), strict=True):
+            metadata = json.loads(session["metadata_json"] or "{}")
+            writer.register_session(session["session_id"], session["task_id"], session["harness"], metadata)
+            for row in rows:
+                writer.record_completion({name: value for name, value in row.items() if name != "seq"})
     return root
 
 
+def prompt(i: int) -> list[int]:
+    """Call i's prompt extends call i - 1's prompt and sampled ids ([4, 5]) by more than compact_form's
+    MIN_SHARED tokens: stored as a reference to it."""
+    return list(range(100, 200)) + [4, 5] * i
+
+
 @pytest.fixture
-def v2(tmp_path: Path) -> Path:
-    """A version-2 store: compact completions of two sessions, the three tables in their file layouts."""
-    root = tmp_path / "v2"
+def recorded(tmp_path: Path) -> Path:
+    """The version-2 store's calls and sessions, recorded by today's writer: what it must read as."""
+    root = tmp_path / "recorded"
     with StoreWriter(root) as writer:
-        for sid in ("s1", "s2"):
-            writer.record_completion(completion(sid))
-    compact_store(root)  # each session as one part (whatever the writer left in its log)
+        for sid, calls in CALLS.items():
+            writer.register_session(sid, task_id="t1", harness="codex")
+            for i in range(calls):
+                writer.record_completion(completion(sid, prompt_token_ids=prompt(i), completion_id=f"{sid}-{i}"))
+    return root
+
+
+def superseded(row: pa.Table) -> pa.Table:
+    """A copy of a stored row a version-2 reader hid, changed so a reader showing it would be caught."""
+    return row.set_column(row.schema.get_field_index("error"), "error", pa.array([SUPERSEDED]))
+
+
+@pytest.fixture
+def v2(tmp_path: Path, recorded: Path) -> Path:
+    """A version-2 store as a gateway killed while compacting left it: s1's part-3 (seqs 0-2), the per-call
+    file of seq 1 it superseded, the per-call file of seq 3; the log holding seq 2 (which the part covers),
+    s1's seq 4 and all of s2; s3 compacted whole. Rewards, trajectories and rollouts in their file layouts."""
+    root = tmp_path / "v2"
+    root.mkdir()
+    (root / ".writer.lock").touch()  # its gateway's
+    calls = stored_rows(recorded)
+    s1 = calls["s1"]
+    write_part(root, "s1", s1.slice(0, 3))
+    write_per_call(root, superseded(s1.slice(1, 1)))
+    write_per_call(root, s1.slice(3, 1))
+    append_log(root, pa.concat_tables([superseded(s1.slice(2, 1)), s1.slice(4, 1), calls["s2"]]))
+    write_part(root, "s3", calls["s3"])
+    write_sessions(root, read_sessions(recorded))
     for path, rows in {**REWARDS, **TRAJECTORIES}.items():
         (root / path).parent.mkdir(parents=True, exist_ok=True)
         pq.write_table(rows_to_table(path.split("/")[0], rows), root / path)
@@ -123,7 +186,7 @@ def v2(tmp_path: Path) -> Path:
     return root
 
 
-def everything(root: Path, out: Path, sessions: list[str] = SESSIONS) -> dict:
+def everything(root: Path, out: Path, sessions: list[str]) -> dict:
     """What readers give: builds and exports, the completions view, the Python reader, the Polars scan."""
     exports = {}
     for builder in ("per_request", "prefix_merging"):
@@ -133,15 +196,19 @@ def everything(root: Path, out: Path, sessions: list[str] = SESSIONS) -> dict:
     columns = ", ".join(f'"{name}"' for name in COMPLETIONS.names)
     view = connect(root).execute(f"SELECT {columns}, chain_index, side_call FROM completions "
                                  "ORDER BY session_id, seq").fetchall()
-    python = {sid: read_session(session_dir(root, "completions", sid)).to_pylist() for sid in sessions}
+    python = shown_rows(root, sessions)
     frame = scan(root, "completions").sort(["session_id", "seq"]).collect().rows()
     return {"view": view, "python": python, "scan": frame, "exports": exports}
 
 
-def calls_and_sessions(root: Path) -> dict[str, bytes]:
-    """The files of the tables version 3 keeps as they were (completions, the log, sessions)."""
-    return {path: data for path, data in snapshot(root).items() if path.split("/")[0] in ("log", "completions",
-                                                                                           "sessions")}
+def shown_rows(root: Path, sessions: list[str], columns: list[str] | None = None) -> dict[str, list[dict]]:
+    """The completions the Python reader shows, by session."""
+    return {sid: rows.to_pylist() for sid, rows in StoreReader(root).completions_of(sessions, columns).items()}
+
+
+def session_rows(root: Path) -> list[dict]:
+    """The sessions rows readers show, without `revision` (version 2 kept none)."""
+    return [{name: value for name, value in row.items() if name != "revision"} for row in StoreReader(root).sessions()]
 
 
 def table_rows(root: Path, table: str) -> list[dict]:
@@ -160,35 +227,65 @@ def expected_rows(table: str) -> list[dict]:
     return rows_to_table(table, rows).sort_by([(key, "ascending") for key in KEYS[table]]).to_pylist()
 
 
-def assert_migrated(root: Path) -> None:
-    """Every table holds the fixture's rows once, the old trees and staging names are gone, VERSION is current."""
-    for table in COUNTS:
-        assert table_rows(root, table) == expected_rows(table), table
+def assert_delta_only(root: Path) -> None:
+    """Every table a Delta table and nothing else: each data file on disk one deltalake wrote (the old
+    layout's gone), every file its version names there; no task.json or staging tree is left, VERSION is
+    current."""
+    for table in DELTA_TABLES:
+        delta = open_table(root, table)
+        named = set() if delta is None else {Path(uri.removeprefix("file://")) for uri in delta.file_uris()}
+        on_disk = set((root / table).rglob("*.parquet"))
+        assert named <= on_disk and all(DELTA_FILE.fullmatch(path.name) for path in on_disk), table
+    assert not list(root.glob("rollouts/**/task.json"))
     assert sorted(name for name in os.listdir(root) if name.startswith(".") and name != ".writer.lock") == []
-    assert not list(root.glob("rewards/session_id=*")) and not list(root.glob("rollouts/task_id=*"))
     assert (root / "VERSION").read_text() == CURRENT
 
 
+def assert_compact(root: Path, sid: str, calls: int, chained: bool = True) -> None:
+    """The table holds the session's calls in the compact form: no prompt whole (`chained`: each one a
+    reference to the call before)."""
+    rows = read(open_table(root, "completions"), "completions", session_ids=[sid]).sort_by("seq").to_pylist()
+    assert [row["seq"] for row in rows] == list(range(calls))
+    assert all(row["prompt_token_ids"] is None and row["prompt_suffix_ids"] is not None for row in rows)
+    if chained:
+        assert [row["prompt_ref_seq"] for row in rows] == [None, *range(calls - 1)]
+
+
+def assert_migrated(root: Path, recorded: Path) -> None:
+    """The version-2 fixture's rows, each once, read back from Delta tables alone: completions as recorded
+    (the superseded copies never), in the compact form; sessions as they were; the other tables' rows."""
+    assert_delta_only(root)
+    sids = list(CALLS)
+    assert shown_rows(root, sids) == shown_rows(recorded, sids)
+    assert committed_seqs(open_table(root, "completions")) == CALLS
+    assert read(open_table(root, "completions"), "completions").num_rows == COUNTS["completions"]
+    assert SUPERSEDED not in str(connect(root).execute("SELECT error FROM completions").fetchall())
+    assert_compact(root, "s1", CALLS["s1"])
+    assert session_rows(root) == session_rows(recorded)
+    for table in KEYS:
+        assert table_rows(root, table) == expected_rows(table), table
+
+
 def test_a_v1_store_is_refused_until_migrated_then_reads_as_its_rows_did(v1, reference, tmp_path):
-    before = everything(reference, tmp_path)
-    assert len(before["view"]) == ROWS and before["view"][4][1] == 4 and before["view"][4][-2] == 0
-    assert before["python"]["linear"][4]["prompt_token_ids"][:3] == [1000, 1001, 1002]
+    before = everything(reference, tmp_path, list(fixture_rows()))
     with pytest.raises(StoreError, match="schema version 1: run `tracetap migrate --store"):
         StoreReader(v1)
     report = migrate_store(v1)
-    assert (report.from_version, report.sessions, report.rows, report.files, report.tables) == (1, 3, ROWS, 7, {})
-    assert (v1 / "VERSION").read_text() == CURRENT
-    assert sorted(p.name for p in v1.glob("completions/*/*.parquet")) == ["part-3.parquet", "part-5.parquet",
-                                                                         "part-5.parquet"]
-    assert everything(v1, tmp_path) == before
+    assert (report.from_version, report.tables, report.table_files) == (1, V1_COUNTS, V1_FILES)
+    assert_delta_only(v1)
+    reader = StoreReader(v1)
+    assert shown_rows(v1, list(fixture_rows()), V1_SCHEMA.names) == fixture_rows()
+    assert_compact(v1, "linear", 5)
+    assert [{name: row[name] for name in V1_SESSIONS.names} for row in reader.sessions()] == fixture_sessions()
+    assert everything(v1, tmp_path, list(fixture_rows())) == before
     again = migrate_store(v1)
-    assert (again.sessions, again.current, again.tables) == (0, 3, {})
+    assert (again.from_version, again.tables) == (SCHEMA_VERSION, {})
 
 
 def test_a_dry_run_of_a_v1_store_counts_and_changes_nothing(v1):
     files = snapshot(v1)
     report = migrate_store(v1, dry_run=True)
-    assert (report.sessions, report.rows, report.files, report.migrated) == (3, ROWS, 7, SESSIONS)
+    assert (report.from_version, report.tables, report.table_files) == (1, V1_COUNTS, V1_FILES)
     assert snapshot(v1) == files
 
 
@@ -201,79 +298,104 @@ def test_a_writer_refuses_a_v1_store_until_it_is_migrated(v1):
         assert row["seq"] == 3
         with pytest.raises(StoreError, match="open in a StoreWriter"):
             migrate_store(v1)
+    assert StoreReader(v1).session("loose")["completions"] == 4
 
 
-def test_a_migration_stopped_between_sessions_finishes_when_run_again(v1, reference, tmp_path):
-    before = everything(reference, tmp_path)
+def test_a_migration_stopped_between_tables_finishes_when_run_again(v1, reference, tmp_path):
+    before = everything(reference, tmp_path, list(fixture_rows()))
 
     def stop(what: str, rows: int) -> None:
         raise KeyboardInterrupt(what)
 
-    with pytest.raises(KeyboardInterrupt):
+    with pytest.raises(KeyboardInterrupt, match="table completions"):
         migrate_store(v1, progress=stop)
     assert (v1 / "VERSION").read_text() == "1\n"
     with pytest.raises(StoreError, match="tracetap migrate"):
         StoreReader(v1)
     report = migrate_store(v1)
-    assert (report.sessions, report.current) == (2, 1)
-    assert everything(v1, tmp_path) == before
+    assert report.tables == {"sessions": 3}
+    assert len(open_table(v1, "completions").history()) == 1  # switched once, not again
+    assert everything(v1, tmp_path, list(fixture_rows())) == before
 
 
 def test_a_killed_migration_finishes_when_run_again(v1, reference, tmp_path):
-    before = everything(reference, tmp_path)
+    before = everything(reference, tmp_path, list(fixture_rows()))
     with subprocess.Popen([sys.executable, "-m", "tracetap.cli", "migrate", "--store", str(v1)],
                           stdout=subprocess.PIPE, text=True) as process:
-        assert process.stdout.readline().startswith("session ")  # one session rewritten
+        assert process.stdout.readline() == "table completions: rewrote 13 row(s)\n"
         os.kill(process.pid, signal.SIGKILL)
     migrate_store(v1)
-    assert (v1 / "VERSION").read_text() == CURRENT and everything(v1, tmp_path) == before
+    assert_delta_only(v1)
+    assert everything(v1, tmp_path, list(fixture_rows())) == before
 
 
 def test_the_command_prints_counts_and_refuses_a_store_with_a_writer(v1):
     dry = CliRunner().invoke(cli, ["migrate", "--store", str(v1), "--dry-run", "--json"])
-    assert dry.exit_code == 0 and json.loads(dry.output)["rows"] == ROWS and (v1 / "VERSION").read_text() == "1\n"
+    assert dry.exit_code == 0, dry.output
+    assert json.loads(dry.output) == {"from_version": 1, "tables": V1_COUNTS, "table_files": V1_FILES,
+                                      "dry_run": True}
+    said = CliRunner().invoke(cli, ["migrate", "--store", str(v1), "--dry-run"])
+    assert said.output.splitlines() == [
+        "table completions: would rewrite 13 row(s)", "table sessions: would rewrite 3 row(s)",
+        "would migrate the store from schema version 1; completions: 13 row(s) from 7 file(s); "
+        "sessions: 3 row(s) from 3 file(s)"]
+    assert (v1 / "VERSION").read_text() == "1\n"
     done = CliRunner().invoke(cli, ["migrate", "--store", str(v1)])
-    assert done.exit_code == 0 and "session linear: rewrote 5 row(s)" in done.output
-    assert "migrated 3 session(s), 13 row(s) in 7 file(s) from schema version 1" in done.output
+    assert done.exit_code == 0, done.output
+    assert done.output.splitlines() == [
+        "table completions: rewrote 13 row(s)", "table sessions: rewrote 3 row(s)",
+        "migrated the store from schema version 1; completions: 13 row(s) from 7 file(s); "
+        "sessions: 3 row(s) from 3 file(s)"]
     with StoreWriter(v1):
         busy = CliRunner().invoke(cli, ["migrate", "--store", str(v1)])
     assert busy.exit_code == 1 and "open in a StoreWriter" in busy.output
 
 
-def test_a_v2_stores_tables_become_delta_tables_with_the_same_rows(v2):
-    calls = calls_and_sessions(v2)
+def test_a_v2_stores_tables_become_delta_tables_with_the_same_rows(v2, recorded):
     report = migrate_store(v2)
-    assert (report.from_version, report.sessions, report.current) == (2, 0, 2)
-    assert (report.tables, report.table_files) == (COUNTS, FILES)
-    assert_migrated(v2)
-    assert calls_and_sessions(v2) == calls
-    for table in COUNTS:  # one commit each, which made the table and holds every row
+    assert (report.from_version, report.tables, report.table_files) == (2, COUNTS, FILES)
+    assert_migrated(v2, recorded)
+    assert log_segments(v2) == []  # the dead gateway's log: every row of it is in the table, or was hidden
+    for table in DELTA_TABLES:  # one commit each, which made the table and holds every row
         (commit,) = open_table(v2, table).history()
         assert (commit[WRITER_KEY], commit["operationMetrics"]["num_added_rows"]) == ("tracetap migrate", COUNTS[table])
+    assert open_table(v2, "completions").metadata().partition_columns == ["session_id"]
     assert open_table(v2, "trajectories").metadata().partition_columns == ["builder", "session_id"]
     assert [row["reward"] for row in StoreReader(v2).rewards("judge")] == [1.0, None]
     assert read_tasks(v2) == TASKS
     assert migrate_store(v2).tables == {}
 
 
-def test_a_dry_run_of_a_v2_store_counts_each_table_and_changes_nothing(v2):
+def test_a_dry_run_of_a_v2_store_counts_what_a_migration_rewrites_and_changes_nothing(v2):
     files = snapshot(v2)
-    report = migrate_store(v2, dry_run=True)
-    assert (report.tables, report.table_files, report.sessions) == (COUNTS, FILES, 0)
+    dry = migrate_store(v2, dry_run=True)
     assert snapshot(v2) == files
+    assert (dry.from_version, dry.table_files) == (2, FILES)
+    assert dry.tables == COUNTS  # the log's copy of a row the part covers is not rewritten: not counted
 
 
-def test_readers_and_writers_refuse_a_v2_store_naming_migrate(v2):
-    message = f"store {v2} has schema version 2: run `tracetap migrate --store {v2}`"
+@pytest.mark.parametrize("old", ["v1", "v2"])
+def test_readers_and_writers_refuse_an_older_store_naming_migrate(request, old):
+    root = request.getfixturevalue(old)
+    message = f"store {root} has schema version {old[1]}: run `tracetap migrate --store {root}`"
     for opening in (StoreReader, check_store, StoreWriter):
         with pytest.raises(StoreError) as refused:
-            opening(v2)
+            opening(root)
         assert message in str(refused.value)
-    listed = CliRunner().invoke(cli, ["sessions", "--store", str(v2)])
+    listed = CliRunner().invoke(cli, ["sessions", "--store", str(root)])
     assert listed.exit_code == 2 and "tracetap migrate --store" in listed.output
-    assert check_store(v2, older=True) == v2
+    assert check_store(root, older=True) == root
+    migrate_store(root)
+    assert check_store(root) == root
+
+
+def test_a_writer_continues_the_sessions_of_a_migrated_v2_store(v2):
     migrate_store(v2)
-    assert check_store(v2) == v2 and StoreReader(v2).session_ids() == ["s1", "s2"]
+    with StoreWriter(v2) as writer:
+        assert [writer.record_completion(completion(sid))["seq"] for sid in CALLS] == list(CALLS.values())
+    assert StoreReader(v2).session_ids() == list(CALLS)
+    assert [row["completions"] for row in StoreReader(v2).sessions()] == [calls + 1 for calls in CALLS.values()]
+    assert log_segments(v2) == []
 
 
 def test_an_empty_store_is_still_opened_and_a_store_without_tables_migrates(tmp_path):
@@ -288,60 +410,78 @@ def test_an_empty_store_is_still_opened_and_a_store_without_tables_migrates(tmp_
     assert report.tables == {} and (root / "VERSION").read_text() == CURRENT
 
 
-def interrupted_after_rename(root: Path) -> None:
+def _staged(root: Path, table: str) -> Path:
+    """Step 1 of a switch: the old tree renamed to its staging name."""
+    staging = root / f".{table}.v2"
+    os.rename(root / table, staging)
+    return staging
+
+
+def interrupted_after_rename(root: Path, table: str) -> None:
     """Killed right after step 1: the old tree renamed to staging, no table yet."""
-    os.rename(root / "rewards", root / ".rewards.v2")
+    _staged(root, table)
 
 
-def interrupted_mid_write(root: Path) -> None:
+def interrupted_mid_write(root: Path, table: str) -> None:
     """Killed while writing: staging, and a table holding some rows plus a data file no commit names."""
-    os.rename(root / "rewards", root / ".rewards.v2")
-    some = rows_to_table("rewards", REWARDS["rewards/session_id=s1/judge.parquet"])
-    write_deltalake(table_uri(root, "rewards"), some)
-    shutil.copy(root / ".rewards.v2/session_id=s2/judge.parquet", root / "rewards/part-00000-orphan.parquet")
+    old = sorted(_staged(root, table).rglob("*.parquet"))
+    some = rows_to_table(table, pq.ParquetFile(old[0]).read().to_pylist())
+    write_deltalake(table_uri(root, table), some.cast(storage_schema(table)),
+                    partition_by=list(DELTA_TABLES[table]) or None)
+    shutil.copy(old[-1], root / table / "part-00000-orphan.parquet")
 
 
-def interrupted_after_commit(root: Path) -> None:
-    """Killed after step 2: the whole table committed, its old tree still in staging."""
-    old = shutil.copytree(root / "rewards", root.parent / "old-rewards")
-    migrate_store(root)
-    (root / "VERSION").write_text("2\n")
-    os.rename(old, root / ".rewards.v2")
+def interrupted_after_commit(root: Path, table: str) -> None:
+    """Killed after step 2: the whole table committed, its old tree still in staging (and the log whole)."""
+    migrated = Path(shutil.copytree(root, root.parent / "migrated"))
+    migrate_store(migrated)
+    _staged(root, table)
+    os.rename(migrated / table, root / table)
 
 
-def interrupted_while_deleting(root: Path) -> None:
-    """Killed in step 3: the table complete, part of its renamed old tree deleted."""
-    old = shutil.copytree(root / "rewards", root.parent / "old-rewards")
-    migrate_store(root)
-    (root / "VERSION").write_text("2\n")
-    shutil.rmtree(old / "session_id=s1")
-    os.rename(old, root / ".rewards.v2.done")
+def interrupted_while_deleting(root: Path, table: str) -> None:
+    """Killed in step 3: the table complete, its old tree renamed `.done`, part of that deleted (completions:
+    the log segments not deleted yet)."""
+    interrupted_after_commit(root, table)
+    done = root / f".{table}.v2.done"
+    os.rename(root / f".{table}.v2", done)
+    shutil.rmtree(sorted(done.iterdir())[0])
 
 
-def stopped_between_tables(root: Path) -> None:
-    """Stopped after the first table was switched (a real run, interrupted from its progress report)."""
+def stopped_after_the_table(root: Path, table: str) -> None:
+    """Stopped once the table was switched (a real run, interrupted from its progress report)."""
     def stop(what: str, rows: int) -> None:
-        if what == "table rewards":
+        if what == f"table {table}":
             raise KeyboardInterrupt(what)
 
     with pytest.raises(KeyboardInterrupt):
         migrate_store(root, progress=stop)
 
 
-@pytest.mark.parametrize("interrupt", [interrupted_after_rename, interrupted_mid_write, interrupted_after_commit,
-                                       interrupted_while_deleting, stopped_between_tables])
-def test_an_interrupted_table_switch_is_finished_by_running_again(v2, interrupt):
-    interrupt(v2)
+INTERRUPTIONS: list[Callable[[Path, str], None]] = [interrupted_after_rename, interrupted_mid_write,
+                                                    interrupted_after_commit, interrupted_while_deleting,
+                                                    stopped_after_the_table]
+
+
+@pytest.mark.parametrize("table", ["completions", "rewards"])
+@pytest.mark.parametrize("interrupt", INTERRUPTIONS)
+def test_an_interrupted_table_switch_is_finished_by_running_again(v2, recorded, interrupt, table):
+    interrupt(v2, table)
     assert (v2 / "VERSION").read_text() == "2\n"
     with pytest.raises(StoreError, match="tracetap migrate"):
         StoreReader(v2)
     dry = migrate_store(v2, dry_run=True)
-    migrate_store(v2)
-    assert_migrated(v2)
-    assert dry.tables.get("rewards", COUNTS["rewards"]) == COUNTS["rewards"]
+    report = migrate_store(v2)
+    assert_migrated(v2, recorded)  # each row once: none lost, none doubled
+    assert report.tables.get(table, COUNTS[table]) == COUNTS[table]
+    assert dry.tables.get(table) == report.tables.get(table)
+    with StoreWriter(v2):
+        pass  # a writer commits what a log left behind holds that the table lacks (nothing), then deletes it
+    assert log_segments(v2) == []
+    assert_migrated(v2, recorded)
 
 
-def test_a_file_that_does_not_fit_stops_its_table_before_any_commit_and_a_rerun_finishes(v2):
+def test_a_file_that_does_not_fit_stops_its_table_before_any_commit_and_a_rerun_finishes(v2, recorded):
     bad = v2 / "rewards/session_id=s3/judge.parquet"
     bad.parent.mkdir()
     pq.write_table(pa.table({"session_id": ["s3"], "evaluator": pa.array([None], pa.string())}), bad)
@@ -357,33 +497,43 @@ def test_a_file_that_does_not_fit_stops_its_table_before_any_commit_and_a_rerun_
     pq.write_table(rows_to_table("rewards", REWARDS["rewards/session_id=s2/judge.parquet"]),
                    v2 / ".rewards.v2/session_id=s2/judge.parquet")
     migrate_store(v2)
-    assert_migrated(v2)
+    assert_migrated(v2, recorded)
 
 
-def test_a_table_holding_both_layouts_is_refused_not_half_migrated(v2):
+def newer_rows(root: Path, table: str) -> pa.Table:
+    """Rows a newer tracetap could have committed to `table` (a copy of an old file's, or a new task)."""
+    if table == "rollouts":
+        return rows_to_table(table, [{"task_id": "t3", "request_json": "{}", "result_json": "{}"}])
+    return rows_to_table(table, pq.ParquetFile(sorted((root / table).rglob("*.parquet"))[0]).read().to_pylist())
+
+
+@pytest.mark.parametrize("table", ["completions", "sessions", "rollouts"])
+def test_a_table_holding_both_layouts_is_refused_not_half_migrated(v2, table):
     """A version-3 writer that wrote into a version-2 store left a Delta table among the old files."""
-    write_deltalake(table_uri(v2, "rollouts"), rows_to_table("rollouts", [
-        {"task_id": "t3", "request_json": "{}", "result_json": "{}"}]))
+    write_deltalake(table_uri(v2, table), newer_rows(v2, table).cast(storage_schema(table)),
+                    partition_by=list(DELTA_TABLES[table]) or None)
     files = snapshot(v2)
     for dry_run in (True, False):
-        with pytest.raises(StoreError, match="rollouts holds both a Delta table and files of the old layout"):
+        with pytest.raises(StoreError, match=f"{table} holds both a Delta table and files of the old layout"):
             migrate_store(v2, dry_run=dry_run)
     assert snapshot(v2) == files
 
 
-def test_the_command_reports_each_table(v2):
-    dry = CliRunner().invoke(cli, ["migrate", "--store", str(v2), "--dry-run", "--json"])
-    assert dry.exit_code == 0, dry.output
-    assert json.loads(dry.output) | {"migrated": None} == {
-        "from_version": 2, "sessions": 0, "rows": 0, "files": 0, "current": 2, "migrated": None,
-        "tables": COUNTS, "table_files": FILES, "dry_run": True}
-    done = CliRunner().invoke(cli, ["migrate", "--store", str(v2)])
+def test_the_command_reports_each_table(v2, tmp_path):
+    copy = shutil.copytree(v2, tmp_path / "copy")
+    as_json = CliRunner().invoke(cli, ["migrate", "--store", str(v2), "--json"])
+    assert as_json.exit_code == 0, as_json.output
+    assert json.loads(as_json.output) == {"from_version": 2, "tables": COUNTS, "table_files": FILES, "dry_run": False}
+    done = CliRunner().invoke(cli, ["migrate", "--store", str(copy)])
     assert done.exit_code == 0, done.output
     assert done.output.splitlines() == [
-        "table rewards: rewrote 3 row(s)", "table trajectories: rewrote 4 row(s)", "table rollouts: rewrote 2 row(s)",
-        "migrated 0 session(s), 0 row(s) in 0 file(s) from schema version 2; 2 session(s) already current; "
-        "rewards: 3 row(s) from 3 file(s); trajectories: 4 row(s) from 3 file(s); rollouts: 2 row(s) from 2 file(s)"]
-    assert_migrated(v2)
+        "table completions: rewrote 10 row(s)", "table sessions: rewrote 3 row(s)", "table rewards: rewrote 3 row(s)",
+        "table trajectories: rewrote 4 row(s)", "table rollouts: rewrote 2 row(s)",
+        "migrated the store from schema version 2; completions: 10 row(s) from 4 file(s); sessions: 3 row(s) from "
+        "3 file(s); rewards: 3 row(s) from 3 file(s); trajectories: 4 row(s) from 3 file(s); rollouts: 2 row(s) "
+        "from 2 file(s)"]
+    again = CliRunner().invoke(cli, ["migrate", "--store", str(copy)])
+    assert again.output == f"migrated the store from schema version {SCHEMA_VERSION}; nothing to switch\n"
 
 
 @pytest.mark.parametrize("form", ["v1-migrated", "v2-migrated"])
@@ -392,18 +542,17 @@ def test_the_store_forms_the_read_side_suites_run_on_read_the_same(tmp_path, for
     rewrite lands in the current version and layout and reads as what the writers recorded."""
     root = make_store(tmp_path / "store")
     save_task(root, "t1", "completed", TASKS["t1"]["request"], TASKS["t1"]["result"])
-    before = everything(root, tmp_path, ["s1", "s2", "s3"])
-    tables = {table: table_rows(root, table) for table in COUNTS}
+    sids = ["s1", "s2", "s3"]
+    before = everything(root, tmp_path, sids)
+    tables = {table: table_rows(root, table) for table in KEYS}
+    sessions = session_rows(root)
     as_form(root, form)
-    after = {table: table_rows(root, table) for table in COUNTS}
-    assert (root / "VERSION").read_text() == CURRENT
-    files = sorted(root.glob("completions/*/*.parquet"))
-    if form == "v1-migrated":  # a v1 store had one part a session and no log; a v2 store is as recorded
-        assert [f.name for f in files] == ["part-4.parquet", "part-3.parquet", "part-2.parquet"]
-        assert not (root / "log").exists()
-    assert all(("prompt_suffix_ids" in pq.read_schema(f).names) for f in files)
-    assert not any(pq.read_schema(f).equals(V1_SCHEMA) for f in files)
-    assert everything(root, tmp_path, ["s1", "s2", "s3"]) == before
+    assert_delta_only(root)
+    assert log_segments(root) == []
+    assert_compact(root, "s1", 4, chained=False)  # s2 and s3 end in failed calls, which have no prompt ids
+    assert everything(root, tmp_path, sids) == before
+    assert session_rows(root) == sessions
+    after = {table: table_rows(root, table) for table in KEYS}
     for row in [*tables["rollouts"], *after["rollouts"]]:
         row.pop("updated_at")  # the old layout kept none: a migrated task's is its file's time
     assert after == tables and len(tables["rewards"]) == 3 and len(tables["rollouts"]) == 1

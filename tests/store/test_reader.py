@@ -1,4 +1,5 @@
-"""The reader API (store/reader.py) and the one visibility rule it shares with SQL (store/snapshot.py)."""
+"""The reader API (store/reader.py) and the one visibility rule it shares with SQL (store/reading.py): the
+table's version, plus the log rows past what it holds."""
 
 from __future__ import annotations
 
@@ -15,15 +16,15 @@ from tracetap.store import (
     StoreError,
     StoreReader,
     StoreWriter,
-    compact_session,
+    compact_sessions,
     connect,
     read_task,
     read_tasks,
     save_task,
     write_session_table,
 )
-from tracetap.store.paths import session_dir
-from tracetap.store.snapshot import snapshot, visible
+from tracetap.store.delta import committed_seqs, open_table
+from tracetap.store.log_reading import log_rows
 
 PROJECT = Path(__file__).resolve().parents[2]
 
@@ -34,10 +35,9 @@ def trace(index: int, builder: str = "per_request") -> dict:
 
 @pytest.fixture
 def filled(root: Path) -> Iterator[Path]:
-    """Sessions a (3 calls, compacted after 2, then one more), b (1 call), with traces and rewards, read while
-    their writer is open: a's third call and b's are only in its log (its close would compact them), one
-    segment (retire_after=0: the one a's compaction covered is gone at once)."""
-    with StoreWriter(root, retire_after=0) as w:
+    """Sessions a (3 calls, committed after 2, then one more), b (1 call), with traces and rewards, read while
+    their writer is open: a's third call and b's are only in its log (its close would commit them)."""
+    with StoreWriter(root) as w:
         for _ in range(2):
             w.record_completion(completion("a"))
         w.close_session("a")
@@ -53,7 +53,7 @@ def filled(root: Path) -> Iterator[Path]:
         yield root
 
 
-def test_a_session_reads_in_seq_order_across_part_and_per_call_files(filled):
+def test_a_session_reads_in_seq_order_across_the_table_and_the_log(filled):
     reader = StoreReader(filled)
     assert reader.session_ids() == ["a", "b"]
     table = reader.completions("a", ["seq", "task_id"])
@@ -62,7 +62,7 @@ def test_a_session_reads_in_seq_order_across_part_and_per_call_files(filled):
     assert reader.completions("nobody").num_rows == 0
 
 
-def test_several_sessions_read_from_one_listing(filled):
+def test_several_sessions_read_at_once(filled):
     tables = StoreReader(filled).completions_of(["b", "a", "nobody"], ["session_id", "seq"])
     assert {sid: t["seq"].to_pylist() for sid, t in tables.items()} == {"b": [0], "a": [0, 1, 2], "nobody": []}
 
@@ -77,7 +77,7 @@ def test_session_trajectory_and_reward_rows(filled):
     assert reader.trajectory_session_ids("prefix_merging") == ["a"]
     assert [(r["session_id"], r["evaluator"]) for r in reader.rewards()] == [("a", "e"), ("a", "f"), ("b", "e")]
     assert [r["session_id"] for r in reader.rewards("f")] == ["a"]
-    assert reader.recorded("a") and not reader.recorded("nobody")
+    assert reader.recorded("a") and reader.recorded("b") and not reader.recorded("nobody")  # b: only in the log
 
 
 @pytest.mark.parametrize("bad", ["../a", "", "a/b"])
@@ -120,33 +120,41 @@ def test_views_follow_a_table_from_no_files_to_some(root):
     assert con.execute("SELECT count(*) FROM trajectories").fetchone() == (1,)
 
 
-def test_a_file_that_vanishes_after_the_listing_fails_the_read_instead_of_hiding_rows(filled):
-    """DuckDB's allow_empty would skip a missing listed file; the views must fail (and so be retried)."""
+def test_a_data_file_missing_from_its_version_fails_the_read_instead_of_hiding_rows(filled):
+    """A file the table's version lists and the disk lacks (deleted by hand, a vacuum run without
+    retention under a reader) fails the read: no reader skips it and shows fewer rows."""
     import duckdb
 
     con = connect(filled)
-    listed = StoreReader(filled).files("completions")
-    gone = Path(listed[0])
+    reader = StoreReader(filled)
+    [listed] = reader.files("completions")  # a's two committed calls
+    gone = Path(listed.removeprefix("file://"))
     data = gone.read_bytes()
-    con.refresh = lambda: None  # keep the listing taken before the delete
     gone.unlink()
     try:
-        with pytest.raises(duckdb.IOException):
-            con.duckdb.execute("SELECT count(*) FROM completions").fetchall()
+        with pytest.raises(duckdb.Error):
+            con.execute("SELECT count(*) FROM completions").fetchall()
+        with pytest.raises(OSError):
+            reader.completions("a")
     finally:
         gone.write_bytes(data)
+    assert con.execute("SELECT count(*) FROM completions").fetchone() == (4,)
 
 
-def test_the_rule_picks_the_highest_part_and_later_per_call_files(filled):
-    directory = session_dir(filled, "completions", "a")
-    listed = visible(directory)
-    assert Path(listed.files[0]).name == "part-2.parquet" and listed.covered == 2
-    stale = directory / "00000000-old.parquet"  # a crash between a part's rename and the deletes
-    stale.write_bytes((directory / "part-2.parquet").read_bytes())
-    assert visible(directory) == listed
-    assert snapshot(filled).covered() == {"a": 2} and len(snapshot(filled).log) == 1  # b: only in the log
-    compact_session(filled, "a")
-    assert [Path(p).name for p in visible(directory).files] == ["part-3.parquet"]
+def test_reads_show_the_tables_version_and_the_log_rows_past_it(filled):
+    assert committed_seqs(open_table(filled, "completions")) == {"a": 2}
+    assert sorted(log_rows(filled, columns=["session_id", "seq"]).to_pylist(), key=lambda r: (r["session_id"], r["seq"])
+                  ) == [{"session_id": "a", "seq": 2}, {"session_id": "b", "seq": 0}]  # a's first two: committed
+    assert compact_sessions(filled) == {"a": 1, "b": 1}  # the log keeps its rows: its writer deletes them
+    assert committed_seqs(open_table(filled, "completions")) == {"a": 3, "b": 1}
+    assert log_rows(filled).num_rows == 2
+    reader = StoreReader(filled)
+    assert {sid: t["seq"].to_pylist() for sid, t in reader.completions_of(["a", "b"], ["seq"]).items()} == {
+        "a": [0, 1, 2], "b": [0]}
+    assert connect(filled).execute("SELECT session_id, seq FROM completions ORDER BY ALL").fetchall() == [
+        ("a", 0), ("a", 1), ("a", 2), ("b", 0)]
+    assert len(reader.files("completions")) == 3  # a file a session a commit, deltalake's names
+    assert all(Path(uri).name.startswith("part-00000-") for uri in reader.files("completions"))
 
 
 def test_a_stray_internal_import_fails_the_lint_outside_store():
@@ -154,7 +162,7 @@ def test_a_stray_internal_import_fails_the_lint_outside_store():
         return subprocess.run([sys.executable, "-m", "ruff", "check", "--no-cache", "--stdin-filename", filename, "-"],
                               input=source, capture_output=True, text=True, cwd=PROJECT)
 
-    stray = "from tracetap.store.paths import session_dir\n\nprint(session_dir)\n"
+    stray = "from tracetap.store.paths import log_segments\n\nprint(log_segments)\n"
     done = lint(stray, "builders/stray.py")
     assert done.returncode == 1 and "TID251" in done.stdout, done.stdout + done.stderr
     assert lint("from tracetap.store import paths\n\nprint(paths)\n", "report/stray.py").returncode == 1

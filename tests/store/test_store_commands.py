@@ -4,9 +4,8 @@ import json
 
 import pytest
 from click.testing import CliRunner
-from store_rows import completion
+from store_rows import completion, log_names, table_calls
 from tracetap.store import StoreWriter
-from tracetap.store.paths import session_dir
 
 from tracetap.cli import cli
 
@@ -81,12 +80,11 @@ def test_sql_error_exits_non_zero_with_the_message(store):
 
 
 def test_a_damaged_file_exits_non_zero_with_the_message(store):
-    with StoreWriter(store) as writer:
-        writer.close_session("run-2")  # its rows in a part file
-    part = next(session_dir(store, "completions", "run-2").glob("part-*.parquet"))
-    part.write_bytes(b"not parquet")
+    assert table_calls(store) == {"run-1": [0, 1], "run-2": [0]}  # the writer's close committed them
+    (data,) = (store / "completions" / "session_id=run-2").glob("part-*.parquet")
+    data.write_bytes(b"not parquet")
     result = run("sql", "--store", str(store), "SELECT count(*) FROM completions", code=1)
-    assert "part-" in result.stderr and "Traceback" not in result.output
+    assert data.name in result.stderr and "Traceback" not in result.output
 
 
 def test_sql_shell_reads_statements_from_stdin(store):
@@ -123,17 +121,24 @@ def test_store_must_exist_and_be_a_store(tmp_path, command):
 
 
 def test_compact_one_session_then_all(tmp_path):
-    """Beside a running writer, whose rows are only in its log (its close would compact them)."""
+    """Beside a running writer, whose calls are only in its log (its close would commit them)."""
     store = tmp_path / "store"
     with StoreWriter(store) as w:
         record_runs(w)
-        merged = run("compact", "--store", str(store), "--session", "run-1", "--json").stdout
-        assert json.loads(merged) == {"run-1": 2}
-        files = session_dir(store, "completions", "run-1").glob("*.parquet")
-        assert [p.name for p in files] == ["part-2.parquet"]
+        segments = [name for name in log_names(store) if name.endswith(".jsonl")]
+        assert segments and table_calls(store) == {}
+        committed = run("compact", "--store", str(store), "--session", "run-1", "--json").stdout
+        assert json.loads(committed) == {"run-1": 2} and table_calls(store) == {"run-1": [0, 1]}
         out = run("compact", "--store", str(store)).stdout
-        assert "run-2: merged 1 row" in out and "compacted 1 session(s)" in out
+        assert out.splitlines() == ["run-2: committed 1 call", "compacted 1 session(s)"]
+        assert table_calls(store) == {"run-1": [0, 1], "run-2": [0]}
         assert run("compact", "--store", str(store), "--json").stdout.strip() == "{}"
+        assert set(segments) <= set(log_names(store))  # the log is its writer's to delete
+        counted = run("sql", "--store", str(store), "SELECT session_id, count(*) AS n FROM completions GROUP BY 1 "
+                      "ORDER BY 1", "--json").stdout
+        assert json.loads(counted) == [{"session_id": "run-1", "n": 2}, {"session_id": "run-2", "n": 1}]
+    assert table_calls(store) == {"run-1": [0, 1], "run-2": [0]}  # the writer's close committed none again
+    assert log_names(store) == []
 
 
 @pytest.mark.parametrize("sid, code, message", [("../x", 2, "invalid session id"),

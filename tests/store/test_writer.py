@@ -1,31 +1,57 @@
+"""The StoreWriter: durable calls in seq order, session rows, the compactor's commits to the Delta tables,
+recovery of what a killed writer left, bounded memory, and the live session rows between commits."""
+
 import asyncio
 import json
 import re
-import shutil
 import threading
 from collections import defaultdict
 from datetime import UTC, datetime
 
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
-from store_rows import completion, record_files, snapshot
-from tracetap.store import InvalidSessionId, StoreReader, StoreWriter, connect
+from deltalake import DeltaTable
+from store_rows import abandoned_writer_store, completion, log_names, snapshot, table_calls, wait_for
+from tracetap.store import InvalidSessionId, StoreReader, StoreWriter, connect, migrate_store, scan
+from tracetap.store.delta import committed_seqs, open_table, replace, sql_in
 from tracetap.store.files import StoreError
+from tracetap.store.live_sessions import write_live
 from tracetap.store.log_reading import log_rows
-from tracetap.store.paths import log_segments, session_dir, session_file
-from tracetap.store.reading import read_session
+from tracetap.store.paths import live_files, log_segments
+from tracetap.store.reading import read_completions, read_sessions
 from tracetap.store.schema import COMPLETIONS, MAX_REFUSED_HOSTS, OTHER_HOSTS, SCHEMA_VERSION
+from tracetap.store.tables import rows_to_table
 
 
 def session_row(root, sid="s1"):
-    return pq.read_table(session_file(root, sid)).to_pylist()[0]
+    """The session's row as readers see it: of its committed row and the writers' live rows, the current one."""
+    [row] = read_sessions(root, [sid]).to_pylist()
+    return row
 
 
-def test_open_creates_layout_and_version(root):
+def committed_row(root, sid="s1"):
+    """The session's row in the `sessions` Delta table itself (None when it has none)."""
+    table = DeltaTable(str(root / "sessions")).to_pyarrow_table()
+    rows = table.filter(pc.field("session_id") == sid).to_pylist()
+    assert len(rows) <= 1, rows  # a commit replaces the session's row
+    return rows[0] if rows else None
+
+
+def forget_live_rows(root):
+    """Delete every live session file, as a crash before its rewrite leaves the store: the table's rows
+    are then behind the calls in the log."""
+    for path in live_files(root):
+        path.unlink()
+
+
+def test_open_creates_a_readable_store_of_the_current_version(root):
     with StoreWriter(root):
         pass
     assert (root / "VERSION").read_text().strip() == str(SCHEMA_VERSION)
-    assert {"completions", "sessions"} <= {p.name for p in root.iterdir()}
+    assert StoreReader(root).session_ids() == []
+    assert connect(root).execute("SELECT count(*) FROM sessions").fetchone() == (0,)
+    assert log_names(root) == []
 
 
 def test_newer_store_is_refused(root):
@@ -44,12 +70,12 @@ def test_record_fills_ids_and_logs_one_whole_line(writer, root):
     stored = writer.record_completion(completion(created_at=datetime(2026, 1, 1, tzinfo=UTC)))
     assert stored["seq"] == 0 and re.fullmatch(r"cmpl-[0-9a-f]{24}", stored["completion_id"])
     assert stored["finished_at"].tzinfo is not None and set(stored) == set(COMPLETIONS.names)
-    assert not session_dir(root, "completions", "s1").exists()  # no per-call file: one log line
+    assert open_table(root, "completions") is None  # nothing committed yet: the call is one log line
     [segment] = log_segments(root)
     assert segment.read_bytes().count(b"\n") == 1
     [line] = log_rows(root).to_pylist()
     assert line["prompt_suffix_ids"] == [1, 2, 3] and line["prompt_token_ids"] is None  # compact form
-    assert read_session(session_dir(root, "completions", "s1")).to_pylist() == [stored]
+    assert read_completions(root, ["s1"])["s1"].to_pylist() == [stored]
 
 
 def test_every_file_is_complete_and_no_temp_is_left(writer, root):
@@ -59,9 +85,9 @@ def test_every_file_is_complete_and_no_temp_is_left(writer, root):
     files = [p for p in root.rglob("*") if p.is_file() and p.name not in ("VERSION",)]
     assert not [p for p in files if p.name.endswith(".tmp")]
     data = [p for p in files if p.suffix == ".parquet"]
-    assert len(data) == 3  # the session rows; the calls are in the log
-    assert all(pq.read_table(p).num_rows == 1 for p in data)
-    assert log_rows(root).num_rows == 20
+    assert data == live_files(root)  # the writer's live session rows; the calls are in the log
+    assert pq.read_table(data[0]).num_rows == 3
+    assert log_rows(root).num_rows == 20 and table_calls(root) == {}
 
 
 def test_given_completion_id_is_kept_and_checked(writer, root):
@@ -114,6 +140,7 @@ def test_seq_continues_after_reopen_and_compaction(root, caller):
         assert record(w, completion("new"), caller)["seq"] == 0
     rows = connect(root).execute("SELECT seq FROM completions WHERE session_id = 's1' ORDER BY seq")
     assert [r[0] for r in rows.fetchall()] == [0, 1, 2, 3, 4]
+    assert table_calls(root) == {"s1": [0, 1, 2, 3, 4], "new": [0]}
 
 
 def test_concurrent_writers_never_mix_sessions(writer, root):
@@ -186,42 +213,78 @@ def test_failure_kinds(writer, root, columns, kind):
 
 def test_register_then_record_then_close(writer, root):
     writer.register_session("s1", task_id="t1", harness="claude_code", metadata={"sample": 2})
-    assert session_row(root)["completions"] == 0
+    assert session_row(root)["completions"] == 0  # register_session saves the row before it returns
     writer.record_completion(completion(task_id="other", metadata_json='{"harness": "codex"}'))
     closed = writer.close_session("s1")
     row = session_row(root)
-    assert row == closed
+    assert row == closed == committed_row(root)  # close_session committed the row
     assert (row["task_id"], row["harness"], row["status"]) == ("t1", "claude_code", "closed")
     assert row["completions"] == 1
     assert json.loads(row["metadata_json"]) == {"sample": 2}
-    assert [p.name for p in session_dir(root, "completions", "s1").glob("*.parquet")] == ["part-1.parquet"]
+    assert table_calls(root) == {"s1": [0]} and log_rows(root, "s1").num_rows == 0  # and its calls
     writer.record_completion(completion())
     writer.flush()
     assert session_row(root)["status"] == "open"
 
 
-def test_stale_session_row_is_recounted_on_load(root):
+def test_a_session_row_behind_its_calls_after_a_crash_is_recounted(root):
     with StoreWriter(root) as w:
         w.record_completion(completion(task_id="t"))
-        w.flush()
-        shutil.copy(session_file(root, "s1"), root / "old-row")
-        w.record_completion(completion(status="timeout"))
-        w.record_completion(completion(prompt_tokens=7))
-    shutil.copy(root / "old-row", session_file(root, "s1"))  # as if the last row writes were lost
+    abandoned_writer_store(root, [completion(status="timeout"), completion(prompt_tokens=7)])
+    forget_live_rows(root)  # the crashed writer's row never reached its live file
+    assert committed_row(root)["completions"] == 1
     with StoreWriter(root) as w:
+        assert committed_row(root)["completions"] == 3  # recounted and committed when the writer opened
         w.record_completion(completion())
     row = session_row(root)
     assert (row["completions"], row["prompt_tokens"], row["task_id"]) == (4, 3 + 7 + 3, "t")
     assert json.loads(row["upstream_failures_json"])["timeout"] == 1
+    assert committed_row(root) == row
 
 
-def test_compact_idle_only_touches_idle_sessions_with_new_files(writer, root):
+def test_a_killed_writers_calls_are_committed_once_by_the_next_writer(root):
+    stored = abandoned_writer_store(root, [completion("a"), completion("b"), completion("a")])
+    forget_live_rows(root)
+    assert table_calls(root) == {}  # the killed writer committed nothing: its calls are in its log
+    assert {sid: rows.to_pylist() for sid, rows in read_completions(root).items()} == {
+        "a": [stored[0], stored[2]], "b": [stored[1]]}  # acknowledged, so readers see them already
+    with StoreWriter(root) as w:
+        assert table_calls(root) == {"a": [0, 1], "b": [0]}
+        history = DeltaTable(str(root / "completions")).history()
+        assert [commit["operation"] for commit in history] == ["WRITE", "CREATE TABLE"]  # both in one commit
+        assert log_names(root) == []  # the dead writer's log went once the table held its rows
+        assert session_row(root, "a")["completions"] == 2 and committed_row(root, "b")["completions"] == 1
+        assert w.record_completion(completion("a"))["seq"] == 2
+    with StoreWriter(root):
+        pass  # nothing left to recover: nothing is committed twice
+    assert table_calls(root) == {"a": [0, 1, 2], "b": [0]}
+    ids = DeltaTable(str(root / "completions")).to_pyarrow_table(columns=["completion_id"]).column(0).to_pylist()
+    assert {row["completion_id"] for row in stored} < set(ids) and len(ids) == len(set(ids)) == 4
+    assert session_row(root, "a")["completions"] == 3
+
+
+def test_a_killed_writers_live_rows_are_committed_by_the_next_writer(root):
+    abandoned_writer_store(root, [completion(task_id="t"), completion(prompt_tokens=7)], flush=True)
+    [live] = live_files(root)
+    shown = session_row(root)  # readers see the row in the killed writer's live file
+    assert (shown["completions"], shown["prompt_tokens"], shown["task_id"]) == (2, 10, "t")
+    with StoreWriter(root):
+        assert committed_row(root) == shown  # committed as it was: no recount needed
+        assert not live.exists() and log_names(root) == []
+    assert session_row(root) == shown
+
+
+def test_compact_idle_only_touches_idle_sessions_with_uncommitted_calls(writer, root):
     writer.record_completion(completion("a"))
     writer.record_completion(completion("b"))
     assert writer.compact_idle(3600) == []
+    assert table_calls(root) == {}
     assert sorted(writer.compact_idle(0)) == ["a", "b"]
     assert writer.compact_idle(0) == []
-    assert [p.name for p in session_dir(root, "completions", "a").glob("*.parquet")] == ["part-1.parquet"]
+    assert table_calls(root) == {"a": [0], "b": [0]}
+    assert committed_row(root, "a")["completions"] == committed_row(root, "b")["completions"] == 1
+    writer.flush()
+    assert log_names(root) == []  # every call and row is committed: no segment, no live rows
 
 
 def test_closed_writer_refuses_writes(root):
@@ -237,11 +300,11 @@ def test_cached_session_states_stay_under_the_cap(root):
     with StoreWriter(root, max_sessions=8) as w:
         for n in range(40):
             w.record_completion(completion(f"s{n}"))
-        w.flush()  # rows on disk: every old state may now go
-        w.record_completion(completion("last"))
-        assert w.cached_sessions == 8
-    dropped = session_dir(root, "completions", "s0")
-    assert [p.name for p in dropped.glob("*.parquet")] == ["part-1.parquet"]  # compacted when dropped
+        # states past the cap go to the compactor, and are dropped by a later call once committed
+        assert wait_for(lambda: w.record_completion(completion("s39")) and w.cached_sessions == 8)
+        held = table_calls(root)
+        assert all(held.get(f"s{n}") == [0] for n in range(32))  # committed before the writer closed
+        assert all(committed_row(root, f"s{n}")["completions"] == 1 for n in range(32))
     assert session_row(root, "s0")["completions"] == 1
 
 
@@ -269,13 +332,34 @@ def test_a_registered_session_keeps_its_row_when_its_first_call_comes_after_a_re
     assert (row["completions"], row["task_id"], row["harness"]) == (1, "t-reg", "codex")
 
 
+def migrated_calls_without_a_row(root, sid="old", calls=3):
+    """A version-2 store migrated: `calls` calls of `sid` in one part and no row of the session (a writer
+    of that version killed before it saved the row), so the table holds its calls and `sessions` nothing."""
+    rows = [{**completion(sid), "seq": seq, "completion_id": f"c-{seq}", "finished_at": datetime.now(UTC)}
+            for seq in range(calls)]
+    directory = root / "completions" / f"session_id={sid}"
+    directory.mkdir(parents=True)
+    pq.write_table(rows_to_table("completions", rows), directory / f"part-{calls}.parquet")
+    (root / "log").mkdir()
+    (root / "VERSION").write_text("2\n")
+    migrate_store(root)
+    assert table_calls(root) == {sid: list(range(calls))} and read_sessions(root, [sid]).num_rows == 0
+
+
 @CALLERS
-def test_a_session_with_files_but_no_session_row_goes_on_after_them(root, caller):
-    StoreWriter(root).close()
-    record_files(root, 3, "old")  # completions as a v1 writer left them, no summary row
+def test_a_session_with_committed_calls_but_no_session_row_goes_on_after_them(root, caller):
+    migrated_calls_without_a_row(root)
     with StoreWriter(root) as w:
         assert record(w, completion("old"), caller)["seq"] == 3
     assert session_row(root, "old")["completions"] == 4
+    assert table_calls(root) == {"old": [0, 1, 2, 3]}
+
+
+def test_the_writer_knows_a_session_whose_calls_only_the_table_holds(root):
+    """has_session: what the gateway answers a close or an outcome of the session with (404 when False)."""
+    migrated_calls_without_a_row(root)
+    with StoreWriter(root) as w:
+        assert w.has_session("old") and not w.has_session("never-seen")
 
 
 def test_concurrent_writes_with_a_tiny_cache_keep_every_seq(root):
@@ -296,6 +380,7 @@ def test_concurrent_writes_with_a_tiny_cache_keep_every_seq(root):
             seqs[sid].append(seq)
     assert seqs["shared"] == list(range(per_thread * len(sessions)))
     assert all(seqs[sid] == list(range(per_thread)) for sid in sessions)
+    assert table_calls(root) == dict(seqs)  # all committed by the close, each once
     assert session_row(root, "shared")["completions"] == per_thread * len(sessions)
 
 
@@ -326,6 +411,7 @@ def test_event_loop_callers_and_threads_keep_every_seq(root, alone):
             seqs[sid].append(seq)
     assert seqs["shared"] == list(range(per_caller * (len(sessions) + 1)))
     assert all(seqs[sid] == list(range(per_caller)) for sid in sessions)
+    assert table_calls(root) == dict(seqs)
     assert session_row(root, "shared")["completions"] == per_caller * (len(sessions) + 1)
 
 
@@ -358,18 +444,30 @@ def log_files(root):
     return sorted(path.name for path in (root / "log").glob("*.jsonl"))
 
 
-def test_a_log_segment_whose_rows_parts_hold_is_deleted_without_waiting_to_fill(root):
-    with StoreWriter(root, retire_after=0) as writer:
+def test_a_log_segment_whose_rows_the_table_holds_is_deleted_without_waiting_to_fill(root):
+    with StoreWriter(root) as writer:
         for _ in range(50):
             writer.record_completion(completion("s1"))
         writer.record_completion(completion("s2"))
         writer.close_session("s1")
-        assert len(log_files(root)) == 1  # s2's row is in no part yet: its segment stays whole
+        assert len(log_files(root)) == 1  # s2's row is not committed yet: its segment stays whole
         writer.close_session("s2")
-        assert log_files(root) == []  # every row is in parts: the live segment was retired and dropped
+        assert log_files(root) == []  # the table holds every row: the live segment was retired and dropped
         writer.record_completion(completion("s3"))
         assert len(log_files(root)) == 1  # the next call starts a new segment
     assert StoreReader(root).completions("s1").num_rows == 50
+
+
+def test_segments_rotate_and_each_goes_once_the_table_holds_its_rows(root):
+    with StoreWriter(root, segment_bytes=2048) as writer:
+        for _ in range(30):
+            writer.record_completion(completion("s1"))
+        writer.record_completion(completion("s2"))
+        assert len(log_files(root)) > 2
+        writer.close_session("s1")
+        assert len(log_files(root)) == 1  # the segment holding s2's uncommitted call
+        assert table_calls(root) == {"s1": list(range(30))}
+    assert log_names(root) == [] and table_calls(root) == {"s1": list(range(30)), "s2": [0]}
 
 
 def test_a_store_at_rest_holds_each_call_once(root):
@@ -378,7 +476,97 @@ def test_a_store_at_rest_holds_each_call_once(root):
             writer.record_completion(completion("closed"))
         writer.record_completion(completion("open"))
         writer.close_session("closed")
-        assert len(log_files(root)) == 1  # the open session's row is in no part yet
-    assert log_files(root) == []  # the writer's close put it in one
+        assert len(log_files(root)) == 1  # the open session's call is not committed yet
+    assert log_names(root) == []  # the writer's close committed it: no segment, no live rows
+    assert table_calls(root) == {"closed": [0, 1, 2], "open": [0]}
+    assert committed_seqs(open_table(root, "completions")) == {"closed": 3, "open": 1}
     reader = StoreReader(root)
     assert [reader.completions(sid).num_rows for sid in ("closed", "open")] == [3, 1]
+    assert [(row["session_id"], row["completions"]) for row in reader.sessions()] == [("closed", 3), ("open", 1)]
+    assert committed_row(root, "open")["completions"] == 1
+
+
+# the live session rows: between two commits of a session, its current row is in its writer's live file
+
+
+def test_a_row_changed_after_its_commit_shows_through_the_live_file(writer, root):
+    writer.record_completion(completion())
+    writer.close_session("s1")
+    writer.flush()
+    assert live_files(root) == []  # the committed row is current: no live copy
+    writer.note_unrecorded("s1", "probe")
+    writer.record_completion(completion(prompt_tokens=4))
+    writer.flush()
+    [live] = live_files(root)
+    [segment] = log_files(root)
+    assert live.name == segment.split("-")[0] + ".sessions.parquet"  # the writer's one live file
+    old = committed_row(root)
+    assert (old["status"], old["completions"], old["unrecorded_json"]) == ("closed", 1, None)
+    new = session_row(root)
+    assert (new["status"], new["completions"], new["prompt_tokens"]) == ("open", 2, 7)
+    assert json.loads(new["unrecorded_json"]) == {"probe": 1} and new["revision"] > old["revision"]
+    assert StoreReader(root).session("s1") == new
+    sql = "SELECT status, completions, revision FROM sessions WHERE session_id = 's1'"
+    assert connect(root).execute(sql).fetchall() == [("open", 2, new["revision"])]
+    assert scan(root, "sessions").collect()["completions"].to_list() == [2]
+
+
+def session_copy(revision: int, completions: int) -> dict:
+    return {"session_id": "s1", "status": "open", "completions": completions, "prompt_tokens": 0,
+            "completion_tokens": 0, "revision": revision}
+
+
+def test_of_a_sessions_copies_the_highest_revision_is_current(root):
+    StoreWriter(root).close()
+    replace(root, "sessions", rows_to_table("sessions", [session_copy(5, 5)]), sql_in("session_id", ["s1"]), "test")
+    write_live(root, "aaaa", [session_copy(3, 3)])  # an older copy, left by a writer that committed since
+    write_live(root, "bbbb", [session_copy(7, 7)])
+    sql = "SELECT completions FROM sessions"
+
+    def everyone_reads() -> list[int]:
+        return [session_row(root)["completions"], StoreReader(root).session("s1")["completions"],
+                connect(root).execute(sql).fetchone()[0], scan(root, "sessions").collect()["completions"].item()]
+
+    assert everyone_reads() == [7] * 4
+    (root / "log" / "bbbb.sessions.parquet").unlink()
+    assert everyone_reads() == [5] * 4  # the committed row beats the stale live one
+
+
+def test_readers_never_miss_a_session_row_or_see_it_go_back_while_it_is_committed(writer, root):
+    seen, errors, done = [], [], threading.Event()
+
+    def read() -> None:
+        while not done.is_set():
+            try:
+                rows = read_sessions(root, ["s1"]).to_pylist()
+            except Exception as error:  # reported below
+                errors.append(error)
+                return
+            seen.append(rows[0]["completions"] if rows else None)
+
+    writer.register_session("s1", task_id="t")
+    reader = threading.Thread(target=read)
+    reader.start()
+    try:
+        for n in range(40):
+            writer.record_completion(completion())
+            if n % 3 == 0:
+                writer.flush()
+            if n % 4 == 0:
+                writer.compact_idle(0)
+    finally:
+        done.set()
+        reader.join()
+    assert errors == [] and seen and None not in seen
+    assert seen == sorted(seen)
+
+
+def test_the_live_file_goes_when_the_writer_closes(root):
+    writer = StoreWriter(root)
+    writer.register_session("s1", task_id="t")
+    writer.record_completion(completion("s2"))
+    writer.flush()
+    assert len(live_files(root)) == 1
+    writer.close()
+    assert live_files(root) == [] and log_names(root) == []
+    assert committed_row(root)["task_id"] == "t" and committed_row(root, "s2")["completions"] == 1
