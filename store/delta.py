@@ -39,10 +39,11 @@ DELTA_TABLES: dict[str, tuple[str, ...]] = {"completions": ("session_id",), "ses
 # every 10th commit writes a checkpoint: a writer opening the table replays at most 9 JSON commits (at Delta's
 # default of 100, a commit cost 13 ms on a fresh table and ~60 ms 90 commits later; 17 ms with 10)
 TABLE_CONFIGURATION = {"delta.checkpointInterval": "10"}
-# completions keep file statistics of session_id and seq only: what covered seqs and pruning read (statistics
-# of every column would copy up to 32 columns' bounds, JSON text included, into each commit)
-INDEXED_COLUMNS = {"completions": "2"}
-PRUNED_BY = ("session_id", "seq")  # the only columns data files keep statistics of (file_properties)
+# the only columns whose statistics data files and commits keep: what readers prune by (partition columns
+# need none). A column a table names must have them in its files: deltalake reads missing bounds of a
+# named column as null ones, and pyarrow then skips every file a filter on it reads (file_properties).
+STATS_COLUMNS: dict[str, tuple[str, ...]] = {"completions": ("seq",), "sessions": ("session_id",),
+                                             "rewards": ("session_id",), "trajectories": (), "rollouts": ("task_id",)}
 DELTA_PROTOCOLS = ("s3", "s3a", "gs", "az", "abfs", "abfss")  # object stores deltalake commits to
 WRITER_KEY = "tracetap.writer"  # commit metadata naming what wrote a version (a command, a gateway)
 COMMIT_ATTEMPTS = 30  # a write racing others commits again on the new version, this many times at most
@@ -83,20 +84,23 @@ def storage_options(root: StorePath | str) -> dict[str, str] | None:
 
 def configuration(table: str) -> dict[str, str]:
     """The Delta table properties `table` is created with."""
-    indexed = INDEXED_COLUMNS.get(table)
-    return TABLE_CONFIGURATION | ({"delta.dataSkippingNumIndexedCols": indexed} if indexed else {})
+    columns = STATS_COLUMNS[table]
+    stats = {"delta.dataSkippingStatsColumns": ",".join(columns)} if columns else {
+        "delta.dataSkippingNumIndexedCols": "0"}
+    return TABLE_CONFIGURATION | stats
 
 
-def file_properties() -> WriterProperties:
-    """How data files are written: zstd without dictionaries, statistics only of the columns readers prune
-    by (session_id, seq). Statistics of every column (the default) kept the bounds of each page of JSON
-    text: a 50-turn session's file was 1.7x the size (benchmarks/store_size.py)."""
+def file_properties(table: str) -> WriterProperties:
+    """How `table`'s data files are written: zstd without dictionaries, statistics of its STATS_COLUMNS only.
+    Statistics of every column (the default) kept the bounds of each page of JSON text: a 50-turn session's
+    file was 1.7x the size (benchmarks/store_size.py)."""
     from deltalake import ColumnProperties, WriterProperties
 
-    keys = {name: ColumnProperties(dictionary_enabled=False, statistics_enabled="CHUNK") for name in PRUNED_BY}
+    kept = {name: ColumnProperties(dictionary_enabled=False, statistics_enabled="CHUNK")
+            for name in STATS_COLUMNS[table]}
     others = ColumnProperties(dictionary_enabled=False, statistics_enabled="NONE")
     return WriterProperties(compression="ZSTD", compression_level=3, default_column_properties=others,
-                            column_properties=keys)
+                            column_properties=kept)
 
 
 def storage_schema(table: str) -> pa.Schema:
@@ -157,7 +161,7 @@ def replace(root: StorePath | str, table: str, rows: pa.Table, where: str, write
         try:
             write_deltalake(table_uri(root, table), data, mode="overwrite", predicate=where,
                             storage_options=storage_options(root), commit_properties=properties,
-                            writer_properties=file_properties())
+                            writer_properties=file_properties(table))
             return
         except CommitFailedError:
             if attempt == COMMIT_ATTEMPTS - 1:

@@ -36,7 +36,6 @@ from tracetap.store import migrate_completions
 from tracetap.store.delta import DELTA_TABLES, WRITER_KEY, configuration, file_properties, storage_schema, table_uri
 from tracetap.store.files import StoreError, read_parquet
 from tracetap.store.location import fsync_dir, remove
-from tracetap.store.log_reading import log_rows
 from tracetap.store.paths import LOG_DIR, log_segments, validate_name
 from tracetap.store.schema import STORED_TABLES
 from tracetap.store.tables import rows_to_table
@@ -83,16 +82,13 @@ def old_files(directory: Path, table: str) -> list[Path]:
 
 
 def count(root: Path, directory: Path, table: str) -> tuple[int, int]:
-    """(rows, files) an old-layout tree holds, from file footers alone (completions: of the files readers
-    showed, plus the log's rows): what a dry run reports."""
+    """(rows, files) an old-layout tree holds, from file footers alone (completions: the rows readers showed,
+    read): what a dry run reports."""
     files = old_files(directory, table)
     if table == "rollouts":
         return len(files), len(files)
-    if table == "completions":
-        logged = log_rows(root, columns=["session_id", "seq"])
-        sids = migrate_completions.session_ids(directory, logged)
-        shown = [path for sid in sids for path in migrate_completions.visible_files(directory / f"session_id={sid}")]
-        return sum(map(_footer_rows, shown)) + logged.num_rows, len(files)
+    if table == "completions":  # what readers showed: read as the conversion reads it
+        return sum(rows.num_rows for _, rows in migrate_completions.all_sessions(directory, root)), len(files)
     return sum(map(_footer_rows, files)), len(files)
 
 
@@ -158,7 +154,7 @@ def _commit(root: Path, table: str, rows: _Rows | _Sessions) -> int:
     stream = pa.RecordBatchReader.from_batches(storage_schema(table), rows.batches())
     try:
         write_deltalake(table_uri(root, table), stream, mode="error", partition_by=list(DELTA_TABLES[table]) or None,
-                        configuration=configuration(table), writer_properties=file_properties(),
+                        configuration=configuration(table), writer_properties=file_properties(table),
                         commit_properties=CommitProperties(custom_metadata={WRITER_KEY: WRITER}))
     except Exception:
         if rows.failure is not None:  # deltalake wraps it in its own error, traceback and all

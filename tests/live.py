@@ -36,8 +36,8 @@ ENGINE_READY = re.compile(r"tracetap engine serving \S+ at (http://\S+)")
 
 __all__ = ["FIXTURES", "CHAT_FIXTURES", "ERROR_FIXTURES", "GatewayProcess", "EngineProcess", "Plan", "register_session",
            "StubUpstream", "fixture_body", "fixture_capture", "fixture_request", "free_port", "scripted_gateway",
-           "committed_seqs", "logged_seqs", "settled_snapshot", "start_engine", "start_gateway", "store_rows",
-           "write_script"]
+           "committed_seqs", "log_keys", "logged_seqs", "settled_snapshot", "start_engine", "start_gateway",
+           "store_rows", "write_script"]
 
 
 def control_headers() -> dict[str, str]:
@@ -171,21 +171,27 @@ def committed_seqs(store: Path, sid: str) -> list[int]:
 
     if not DeltaTable.is_deltatable(str(store / "completions")):
         return []
-    table = DeltaTable(str(store / "completions")).to_pyarrow_table(partitions=[("session_id", "=", sid)],
+    table = DeltaTable(str(store / "completions")).to_pyarrow_table(filters=[("session_id", "=", sid)],
                                                                     columns=["seq"])
     return sorted(table.column("seq").to_pylist())
 
 
-def logged_seqs(store: Path, sid: str) -> list[int]:
-    """The seqs of a session's calls in the writers' group-commit logs (`log/*.jsonl`: a JSON row a line)."""
-    seqs = []
+def log_keys(store: Path) -> dict[str, list[tuple[str, int]]]:
+    """The (session, seq) of every call in each of the writers' group-commit log segments (`log/*.jsonl`:
+    a JSON row a line), by segment name."""
+    keys: dict[str, list[tuple[str, int]]] = {}
     for segment in sorted((store / "log").glob("*.jsonl")):
+        keys[segment.name] = []
         for line in segment.read_bytes().splitlines():
             with suppress(ValueError):  # a torn tail
                 row = json.loads(line)
-                if row.get("session_id") == sid:
-                    seqs.append(row["seq"])
-    return sorted(seqs)
+                keys[segment.name].append((row["session_id"], row["seq"]))
+    return keys
+
+
+def logged_seqs(store: Path, sid: str) -> list[int]:
+    """The seqs of a session's calls in the writers' group-commit logs."""
+    return sorted(seq for keys in log_keys(store).values() for key_sid, seq in keys if key_sid == sid)
 
 
 Answer = Callable[[dict], tuple[int, bytes, dict[str, str]]]  # request body -> (status, body, headers)

@@ -10,7 +10,7 @@ import pytest
 from click.testing import CliRunner
 from toychat import Conversation
 from tracestore import read_traces, write_store
-from tracetap.store import compact_store
+from tracetap.store import compact_sessions
 
 from tracetap.cli import cli
 
@@ -69,7 +69,7 @@ def test_bad_input_exits_non_zero_with_a_clear_message(store, args, code, messag
 
 @pytest.mark.parametrize("workers", ["1", "2"])
 def test_a_damaged_session_file_is_a_clear_error(store, workers):
-    compact_store(store)  # the session's rows in a part file, not the group-commit log
+    compact_sessions(store)  # the session's rows in the completions table's files, none only in a log
     part = next((store / "completions" / "session_id=b").glob("*.parquet"))
     part.write_bytes(b"not parquet")
     result = run("--store", str(store), "--builder", "per_request", "--workers", workers, code=1)

@@ -1,6 +1,7 @@
 """Group commit under `kill -9`: 32 sessions call a gateway subprocess at once (over the fixture-replaying
 stub upstream: the embedded engine answers ~10 calls/s here) while readers query the store and the
-sessions' closes (and idle compaction) move the log into parts; then the gateway is killed.
+sessions' closes (and idle compaction) commit the log to the completions Delta table; then the gateway is
+killed.
 
 The long version (marker `soak`, run by scripts/test.sh) kills it after ~2,000 calls instead of ~130.
 Every call whose answer the client got is in the store after the restart (0 lost), every file is
@@ -21,8 +22,8 @@ import pyarrow.parquet as pq
 import pytest
 from tracetap.store import connect
 from tracetap.store.commit_log import END_MARK
-from tracetap.store.paths import log_segments, session_dir
-from tracetap.store.reading import read_session
+from tracetap.store.paths import log_segments
+from tracetap.store.reading import read_completions
 
 SESSIONS = 32
 CLOSE_EVERY = 4  # a client closes its session after this many calls: compaction runs under the readers
@@ -73,11 +74,8 @@ def sql_read(store: Path) -> list[tuple[str, int, str]]:
 
 
 def python_read(store: Path) -> list[tuple[str, int, str]]:
-    rows = []
-    for n in range(SESSIONS):
-        table = read_session(session_dir(store, "completions", f"gc-{n}"), ["session_id", "seq", "completion_id"])
-        rows += [(r["session_id"], r["seq"], r["completion_id"]) for r in table.to_pylist()]
-    return rows
+    tables = read_completions(store, [f"gc-{n}" for n in range(SESSIONS)], ["session_id", "seq", "completion_id"])
+    return [(r["session_id"], r["seq"], r["completion_id"]) for table in tables.values() for r in table.to_pylist()]
 
 
 def reader(store: Path, run: Run, errors: list[BaseException], reads: list[int]) -> None:
@@ -124,7 +122,7 @@ def test_kill_9_under_32_sessions_loses_no_acknowledged_call(gateway, stub_upstr
         thread.join(60)
     assert errors == []
     assert len(run.acknowledged()) >= acked and min(reads) >= 3
-    assert any(session_dir(store, "completions", f"gc-{n}").glob("part-*.parquet") for n in range(SESSIONS))
+    assert any(live.committed_seqs(store, f"gc-{n}") for n in range(SESSIONS))  # compactions ran under the reads
 
     for path in store.rglob("*.parquet"):
         pq.read_table(path)  # every file under a final name is complete

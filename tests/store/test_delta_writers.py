@@ -71,13 +71,15 @@ RECORDER = textwrap.dedent("""
     import sys
     from tracetap.store import StoreWriter
     root, sessions, calls = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+    prompts = {s: list(range(100)) for s in range(sessions)}  # long enough to be referred to (MIN_SHARED)
     with StoreWriter(root, segment_bytes=4096) as writer:
         for n in range(calls):
             for s in range(sessions):
                 status = "upstream_error" if (n + s) % 5 == 4 else "ok"
                 writer.record_completion({"session_id": f"s{s}", "status": status, "task_id": f"t{s % 2}",
-                                          "prompt_token_ids": list(range(20 + 10 * n)),  # each extends the last
-                                          "completion_token_ids": [1, 2, 3], "request_json": '{"messages": []}'})
+                                          "prompt_token_ids": prompts[s], "completion_token_ids": [1, 2, 3],
+                                          "request_json": '{"messages": []}'})
+                prompts[s] = prompts[s] + [1, 2, 3] + [100 + n] * 7  # the next turn resends this one and its answer
             if n == calls // 2:
                 writer.close_session("s0")  # one commit halfway; the close commits the rest
 """)

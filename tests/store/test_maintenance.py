@@ -9,8 +9,18 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
-from store_rows import snapshot
-from tracetap.store import DEFAULT_RETAIN_HOURS, StoreError, StoreWriter, history, vacuum, write_session_table
+from store_rows import completion, snapshot
+from tracetap.store import (
+    DEFAULT_RETAIN_HOURS,
+    StoreError,
+    StoreWriter,
+    compact_sessions,
+    connect,
+    history,
+    vacuum,
+    write_session_table,
+)
+from tracetap.store.compaction import COMPACTOR
 from tracetap.store.delta import open_table, read
 from tracetap.store.maintenance import VACUUM_WRITER
 
@@ -159,3 +169,34 @@ def test_a_damaged_log_is_a_store_error_naming_the_table(store):
         history(store)
     with pytest.raises(StoreError, match="^Delta table rewards: "):
         vacuum(store, dry_run=True)
+
+
+def test_history_names_the_gateway_and_the_compact_command_behind_each_commit_of_calls(store):
+    with StoreWriter(store) as writer:
+        writer.record_completion(completion("s1"))
+        writer.close_session("s1")
+        writer.record_completion(completion("s1"))
+        assert compact_sessions(store) == {"s1": 1}
+    versions = history(store, ["completions", "sessions"])
+    gateway = {v.writer for v in versions} - {COMPACTOR}
+    assert len(gateway) == 1 and gateway.pop().startswith("tracetap gateway ")
+    calls = [(v.writer == COMPACTOR, v.rows_added) for v in versions
+             if v.table == "completions" and v.operation == "WRITE"]
+    assert calls == [(True, 1), (False, 1)]  # its close found nothing left to commit
+
+
+def test_vacuum_after_many_compactions_keeps_every_call_and_session(store):
+    with StoreWriter(store) as writer:
+        for _ in range(6):
+            for sid in ("s1", "s2"):
+                writer.record_completion(completion(sid))
+            writer.compact_idle(0.0)  # each commits both sessions' rows again: the sessions file is replaced
+    con = connect(store)
+    sql = {"completions": "SELECT session_id, count(*) FROM completions GROUP BY ALL ORDER BY 1",
+           "sessions": "SELECT session_id, completions FROM sessions ORDER BY 1"}
+    before = {table: con.execute(query).fetchall() for table, query in sql.items()}
+    assert before == {table: [("s1", 6), ("s2", 6)] for table in sql}
+    deleted = vacuum(store, retain_hours=0)
+    assert deleted["completions"] == [] and len(deleted["sessions"]) >= 5  # calls are only ever added
+    assert {table: con.execute(query).fetchall() for table, query in sql.items()} == before
+    assert {table: connect(store).execute(query).fetchall() for table, query in sql.items()} == before

@@ -36,7 +36,7 @@ from store_forms import (
     write_per_call,
     write_sessions,
 )
-from store_rows import completion, snapshot
+from store_rows import completion, log_names, snapshot
 from tracetap.builders.exports import export
 from tracetap.builders.runner import build
 from tracetap.store import (
@@ -53,7 +53,6 @@ from tracetap.store import (
     write_session_table,
 )
 from tracetap.store.delta import DELTA_TABLES, WRITER_KEY, committed_seqs, open_table, read, storage_schema, table_uri
-from tracetap.store.paths import log_segments
 from tracetap.store.reading import read_sessions
 from tracetap.store.schema import COMPLETIONS
 from tracetap.store.tables import rows_to_table
@@ -355,7 +354,7 @@ def test_a_v2_stores_tables_become_delta_tables_with_the_same_rows(v2, recorded)
     report = migrate_store(v2)
     assert (report.from_version, report.tables, report.table_files) == (2, COUNTS, FILES)
     assert_migrated(v2, recorded)
-    assert log_segments(v2) == []  # the dead gateway's log: every row of it is in the table, or was hidden
+    assert log_names(v2) == []  # the dead gateway's log: every row of it is in the table, or was hidden
     for table in DELTA_TABLES:  # one commit each, which made the table and holds every row
         (commit,) = open_table(v2, table).history()
         assert (commit[WRITER_KEY], commit["operationMetrics"]["num_added_rows"]) == ("tracetap migrate", COUNTS[table])
@@ -395,7 +394,7 @@ def test_a_writer_continues_the_sessions_of_a_migrated_v2_store(v2):
         assert [writer.record_completion(completion(sid))["seq"] for sid in CALLS] == list(CALLS.values())
     assert StoreReader(v2).session_ids() == list(CALLS)
     assert [row["completions"] for row in StoreReader(v2).sessions()] == [calls + 1 for calls in CALLS.values()]
-    assert log_segments(v2) == []
+    assert log_names(v2) == []
 
 
 def test_an_empty_store_is_still_opened_and_a_store_without_tables_migrates(tmp_path):
@@ -477,7 +476,7 @@ def test_an_interrupted_table_switch_is_finished_by_running_again(v2, recorded, 
     assert dry.tables.get(table) == report.tables.get(table)
     with StoreWriter(v2):
         pass  # a writer commits what a log left behind holds that the table lacks (nothing), then deletes it
-    assert log_segments(v2) == []
+    assert log_names(v2) == []
     assert_migrated(v2, recorded)
 
 
@@ -548,7 +547,7 @@ def test_the_store_forms_the_read_side_suites_run_on_read_the_same(tmp_path, for
     sessions = session_rows(root)
     as_form(root, form)
     assert_delta_only(root)
-    assert log_segments(root) == []
+    assert log_names(root) == []
     assert_compact(root, "s1", 4, chained=False)  # s2 and s3 end in failed calls, which have no prompt ids
     assert everything(root, tmp_path, sids) == before
     assert session_rows(root) == sessions

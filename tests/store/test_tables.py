@@ -23,6 +23,18 @@ def test_rewards_are_a_delta_table_other_engines_read(tmp_path):
     assert polars.scan_delta(str(tmp_path / "rewards")).collect().to_dicts() == [expected]
 
 
+def test_other_engines_filter_rewards_and_traces_on_any_column(tmp_path):
+    write_session_table(tmp_path, "rewards", "s1", [{"evaluator": "e", "reward": 0.5}], evaluator="e")
+    write_session_table(tmp_path, "rewards", "s2", [{"evaluator": "f", "reward": 1.0}], evaluator="f")
+    write_session_table(tmp_path, "trajectories", "s1", [{"trace_index": i} for i in range(3)], builder="b")
+    rewards = DeltaTable(str(tmp_path / "rewards"))
+    assert rewards.to_pyarrow_table(filters=[("evaluator", "=", "f")]).column("session_id").to_pylist() == ["s2"]
+    assert rewards.to_pyarrow_table(filters=[("reward", "<", 0.75)]).column("session_id").to_pylist() == ["s1"]
+    traces = DeltaTable(str(tmp_path / "trajectories")).to_pyarrow_table(filters=[("trace_index", ">", 0)])
+    assert sorted(traces.column("trace_index").to_pylist()) == [1, 2]
+    assert polars.scan_delta(str(tmp_path / "rewards")).filter(polars.col("evaluator") == "e").collect().height == 1
+
+
 def test_trajectories_fill_session_and_builder(tmp_path):
     rows = [{"trace_index": i, "response_token_ids": [i]} for i in range(3)]
     write_session_table(tmp_path, "trajectories", "s1", rows, builder="prefix_merging")
