@@ -118,20 +118,24 @@ def open_table(root: StorePath | str, table: str, version: int | None = None) ->
 
 
 def _supported(root: StorePath | str) -> bool:
-    """Whether deltalake can hold tables there: the local disk or an object store it commits to (another
-    fsspec filesystem, such as `memory://`, holds the log and the per-session files only)."""
+    """Whether deltalake can hold tables there: the local disk or an object store it commits to (not another
+    fsspec filesystem, such as `memory://`)."""
     root = store_path(root)
     return not isinstance(root, ObjectPath) or root.protocol in DELTA_PROTOCOLS
+
+
+def check_supported(root: StorePath | str) -> None:
+    """Raise ValueError unless deltalake can hold the store's tables at `root`."""
+    if not _supported(root):
+        raise ValueError(f"{root} cannot hold Delta tables: use a local path or one of "
+                         f"{', '.join(p + '://' for p in DELTA_PROTOCOLS)}")
 
 
 def _ensure(root: StorePath, table: str, writer: str) -> None:
     """Create `table` empty when it does not exist yet (two writers racing to create it both succeed)."""
     from deltalake import CommitProperties, DeltaTable
 
-    if not _supported(root):
-        raise ValueError(f"{root} cannot hold Delta tables: use a local path or one of "
-                         f"{', '.join(p + '://' for p in DELTA_PROTOCOLS)}")
-
+    check_supported(root)
     uri, options = table_uri(root, table), storage_options(root)
     if DeltaTable.is_deltatable(uri, options):
         return

@@ -57,7 +57,7 @@ import pyarrow.compute as pc
 from tracetap.store.commit_log import SEGMENT_BYTES, CommitLog
 from tracetap.store.compact_form import History, encode_row
 from tracetap.store.compaction import commit_logged
-from tracetap.store.delta import committed_seqs, open_table, replace, sql_in
+from tracetap.store.delta import check_supported, committed_seqs, open_table, replace, sql_in
 from tracetap.store.delta import read as read_delta
 from tracetap.store.files import StoreError, outdated, read_version, write_text_atomic
 from tracetap.store.flusher import Flusher
@@ -253,6 +253,7 @@ class StoreWriter:
         return len(self._sessions)
 
     def _open_store(self) -> IO[str] | None:
+        check_supported(self.root)  # before a call is taken that could never be committed
         ensure_dir(self.root)
         version = read_version(self.root)
         if version is None:

@@ -13,6 +13,7 @@ from pathlib import Path
 import httpx
 import live
 import pytest
+from tracetap.store import StoreReader
 
 pytestmark = pytest.mark.soak
 
@@ -69,8 +70,9 @@ def cpu_seconds(pid: int) -> float:
 
 
 def sessions_in(store: Path) -> set[str]:
-    tables = [store / "completions", store / "sessions"]
-    return {f"{table.name}/{p.name}" for table in tables if table.is_dir() for p in table.iterdir()}
+    """The sessions the store shows: with a completion (committed or logged), or with a row (committed or live)."""
+    reader = StoreReader(store)
+    return set(reader.session_ids()) | {row["session_id"] for row in reader.sessions()}
 
 
 def test_a_flood_of_invalid_calls_makes_no_session_and_leaves_the_gateway_as_it_was(tmp_path):
@@ -78,6 +80,7 @@ def test_a_flood_of_invalid_calls_makes_no_session_and_leaves_the_gateway_as_it_
         httpx.post(f"{gw.url}{CHAT}", json=GOOD, headers={"x-tracetap-session": "before"}).raise_for_status()
         fresh = cheap_rate(gw.url)
         before = sessions_in(gw.store)
+        assert "before" in before
         assert flood(gw.url) == {400, 404}
         time.sleep(2)  # let anything the flood queued settle
         assert sessions_in(gw.store) == before

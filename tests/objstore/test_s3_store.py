@@ -1,6 +1,6 @@
 """A store in an S3 bucket (moto's server on loopback): real gateway processes record calls from the
-official openai SDK into `s3://bucket/prefix`, and compaction, `tracetap build`, `export`, `query` and
-`sql` run against the bucket. Nothing here touches a local store directory."""
+official openai SDK into `s3://bucket/prefix`, and compaction (into the Delta tables), `tracetap build`,
+`export`, `query` and `sql` run against the bucket. Nothing here touches a local store directory."""
 
 from __future__ import annotations
 
@@ -62,6 +62,15 @@ def gateway(url: str, tmp_path: Path) -> live.GatewayProcess:
     return live.start_gateway(store_path(url), "--script", str(script), "--idle-compact", "3600", log_dir=tmp_path)
 
 
+def committed(url: str) -> list[tuple[str, int]]:
+    """(session, seq) of every call the store's `completions` Delta table holds, as deltalake reads it."""
+    from deltalake import DeltaTable
+
+    table = DeltaTable(f"{url}/completions", storage_options={"AWS_ALLOW_HTTP": "true"}).to_pyarrow_table(
+        columns=["session_id", "seq"])
+    return sorted(zip(table.column("session_id").to_pylist(), table.column("seq").to_pylist(), strict=True))
+
+
 def rows(url: str) -> list[tuple]:
     with connect(url) as con:
         return con.execute("SELECT session_id, seq, completion_id, prompt_token_ids, completion_token_ids "
@@ -88,12 +97,14 @@ def test_capture_compaction_build_export_and_sql_on_s3(bucket, s3_credentials, t
         assert [(sid, seq, cid) for sid, seq, cid, _, _ in logged] == [
             (sid, seq, cid) for sid in ("alpha", "beta") for seq, cid in enumerate(ids[sid])]
         assert logged[1][3][: len(logged[0][3])] == logged[0][3]  # the second prompt extends the first
-        gw.close_session("alpha")  # compacts alpha into a part object
-    # the gateway's close compacted beta, which it still held: the bucket at rest holds each call once
+        gw.close_session("alpha")  # commits alpha's calls to the completions table
+        assert committed(url) == [("alpha", 0), ("alpha", 1)]
+    # the gateway's close committed beta, which it still held: the bucket at rest holds each call once
     assert json.loads(tracetap("compact", "--store", url, "--json").stdout) == {}
+    assert committed(url) == [("alpha", 0), ("alpha", 1), ("beta", 0), ("beta", 1)]
     stored = objects(f"{bucket}/runs/store")
-    assert {key for key in stored if key.startswith("completions/")} == {
-        "completions/session_id=alpha/part-2.parquet", "completions/session_id=beta/part-2.parquet"}
+    assert {key.split("/")[1] for key in stored if key.startswith("completions/")} == {
+        "_delta_log", "session_id=alpha", "session_id=beta"}
     assert not [key for key in stored if key.startswith("log/")]
     assert rows(url) == logged  # compaction moved the rows, readers see the same ones
 
@@ -123,8 +134,8 @@ def test_gateways_share_a_bucket_and_a_killed_ones_calls_survive(bucket, tmp_pat
         agent(second, "two")
         first.kill()  # kill -9: its acknowledged calls are objects in the bucket, not on its disk
         assert [(sid, seq) for sid, seq, *_ in rows(url)] == [("one", 0), ("one", 1), ("two", 0), ("two", 1)]
-        with gateway(url, tmp_path / "c") as third:  # opening the store recovers the log into parts
-            assert "completions/session_id=one/part-2.parquet" in objects(f"{bucket}/shared")
+        with gateway(url, tmp_path / "c") as third:  # opening the store commits the dead gateway's log
+            assert [key for key in committed(url) if key[0] == "one"] == [("one", 0), ("one", 1)]
             agent(third, "three")
         agent(second, "two")  # the surviving gateway goes on in its session after the recovery
         second.close_session("two")

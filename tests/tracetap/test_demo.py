@@ -32,7 +32,7 @@ def test_demo_summary_matches_store(tmp_path):
     con = store.connect(out / "store")
     calls = con.execute("SELECT count(*), sum(completion_tokens), sum(prompt_tokens) FROM completions").fetchone()
     assert (summary["calls"], summary["sampled_tokens"], summary["prompt_tokens"]) == calls
-    assert summary["sessions"] == len(list((out / "store" / "sessions").iterdir())) == 3
+    assert summary["sessions"] == len(store.StoreReader(out / "store").sessions()) == 3
     merged = con.execute(
         "SELECT loss_mask, response_token_ids, prompt_token_ids FROM trajectories WHERE builder = 'prefix_merging'"
     ).fetchall()
