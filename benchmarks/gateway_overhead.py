@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import multiprocessing
 import os
 import socket
@@ -27,12 +28,14 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass
 from multiprocessing.process import BaseProcess
 from pathlib import Path
 
+from deltalake import DeltaTable
 from tracetap.capture.http1 import Pool
 from tracetap.capture.jsontext import dump_bytes
 from tracetap.capture.upstream import SESSION_HEADER
@@ -254,6 +257,32 @@ def print_report(stats: dict[tuple[str, int], dict[str, float]], calls: int, rou
     print(ratios(stats))
 
 
+class LogSize:
+    """The largest size the store's group-commit log reached, sampled every 0.2 s on a thread: bounded when
+    the compactor commits as fast as the gateway records."""
+
+    def __init__(self, root: Path) -> None:
+        self.root, self.largest = root, 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+
+    def _sample(self) -> None:
+        while not self._stop.wait(0.2):
+            sizes = []
+            for path in (self.root / "log").glob("*.jsonl"):
+                with contextlib.suppress(FileNotFoundError):
+                    sizes.append(path.stat().st_size)
+            self.largest = max(self.largest, sum(sizes))
+
+    def __enter__(self) -> LogSize:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
 def ratios(stats: dict[tuple[str, int], dict[str, float]]) -> str:
     """The gateway against bare mitmdump, with the goals."""
     def added(target: str) -> float:
@@ -270,19 +299,26 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--calls", type=int, default=1000)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--idle-compact", type=float, default=0.0,
+                        help="the gateway's --idle-compact: at 0 its compactor commits every session's new calls "
+                             "every 0.5 s while the rounds run")
     parser.add_argument("--request-kb", type=int, default=0,
                         help="send an agent-shaped request with a system prompt of about this many KB")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp, fast_upstream() as direct, \
             start_mitmdump(direct, Path(tmp)) as bare, \
-            start_gateway(Path(tmp) / "store", "--upstream", direct, "--served-model", "tiny") as gateway:
+            start_gateway(Path(tmp) / "store", "--upstream", direct, "--served-model", "tiny",
+                          "--idle-compact", str(args.idle_compact)) as gateway, LogSize(Path(tmp) / "store") as log:
         targets = {"direct": (direct, None), "mitmdump": (bare.url, bare.process.pid),
                    "gateway": (gateway.url, gateway.process.pid)}
         body = dump_bytes(agent_request(args.request_kb))
         stats = run_rounds(targets, args.calls, args.rounds, body)
         sync_ms = fdatasync_ms(Path(tmp))
         [(recorded,)] = connect(Path(tmp) / "store").execute("SELECT count(*) FROM completions").fetchall()
-    print(f"calls recorded by the gateway: {recorded}")
+        table = str(Path(tmp) / "store" / "completions")
+        committed = DeltaTable(table).count() if DeltaTable.is_deltatable(table) else 0
+    print(f"calls recorded by the gateway: {recorded}, committed to the completions table by its compactor "
+          f"meanwhile: {committed}; the log held at most {log.largest / 1e6:.2f} MB")
     print(f"request body: {len(body)} bytes")
     print(f"one 2 KB append + fdatasync in the store's directory: {sync_ms:.2f} ms (median)")
     print_report(stats, args.calls, args.rounds)

@@ -2,12 +2,13 @@
 
     python benchmarks/reader.py --sessions 2000 [--out DIR] [--repeat 5]
 
-Records small synthetic sessions (benchmarks/synthetic_chat.py, 5 turns each, closed and compacted as
-a gateway leaves them) and builds their per_request traces, so completions, sessions and trajectories
-each hold one file per session. Then times, page cache warm, the median of `--repeat` runs of: the
-listing every statement starts with (store/snapshot.py, timed alone), `SELECT count(*)` over each view, `SELECT 1`,
-the same count on a connection limited to one session, and `StoreReader.completions` of one session.
-Prints a Markdown table and a JSON line.
+Records small synthetic sessions (benchmarks/synthetic_chat.py, 5 turns each, closed and committed as a
+gateway leaves them; the shard loads commit 32 sessions a commit) and builds their per_request traces, so
+completions, sessions and trajectories each hold one file per session. Then times, page cache warm, the
+median of `--repeat` runs of: the refresh every statement starts with (store/catalog.py: the uncommitted
+rows read, each table brought to its latest version; timed alone), `SELECT count(*)` over each view,
+`SELECT 1`, the same count on a connection limited to one session, and `StoreReader.completions` of one
+session. Prints a Markdown table and a JSON line.
 """
 
 from __future__ import annotations
@@ -44,7 +45,7 @@ def measure(root: Path, repeat: int) -> dict[str, float]:
     con, one = connect(root), session_id(0)
     scoped, reader = connect(root, session_ids=[one]), StoreReader(root)
     operations = {
-        "the listing a statement starts with (`refresh`)": con.refresh,
+        "the refresh a statement starts with": con.refresh,
         "SELECT 1": lambda: con.execute("SELECT 1").fetchall(),
         **{f"SELECT count(*) FROM {table}": _count(con, table)
            for table in ("completions", "sessions", "trajectories")},

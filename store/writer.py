@@ -50,14 +50,14 @@ from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from itertools import islice
-from typing import IO
+from typing import IO, TYPE_CHECKING
 
 import pyarrow as pa
 import pyarrow.compute as pc
 from tracetap.store.commit_log import SEGMENT_BYTES, CommitLog
 from tracetap.store.compact_form import History, encode_row
 from tracetap.store.compaction import commit_logged
-from tracetap.store.delta import check_supported, committed_seqs, open_table, replace, sql_in
+from tracetap.store.delta import check_supported, committed_seqs, latest, open_table, replace, sql_in
 from tracetap.store.delta import read as read_delta
 from tracetap.store.files import StoreError, outdated, read_version, write_text_atomic
 from tracetap.store.flusher import Flusher
@@ -77,6 +77,9 @@ from tracetap.store.schema import (
     empty_row,
 )
 from tracetap.store.tables import rows_to_table
+
+if TYPE_CHECKING:
+    from deltalake import DeltaTable
 
 FAILED = ("upstream_error", "timeout", "aborted", "disconnected")
 SESSION_SAVE_DELAY = 0.5  # seconds calls wait to share one rewrite of the live session rows (derived data,
@@ -245,6 +248,8 @@ class StoreWriter:
         self._flusher: Flusher[str] = Flusher(self._save_live, delay=SESSION_SAVE_DELAY)
         self._compactor: Flusher[str] = Flusher(self._compact, name="tracetap-compactor")
         self._local = not isinstance(self.root, ObjectPath)  # one writer: no other process adds sessions
+        self._completions: DeltaTable | None = None  # the completions table, kept open (_committed)
+        self._table_lock = threading.Lock()
         self._stored = self._recover()  # sessions the store holds (local stores: what _start_new skips)
 
     @property
@@ -283,7 +288,7 @@ class StoreWriter:
             self._commit(states, logged.filter(pc.field("session_id").isin(batch)))
         self._drop_covered()
         remove_committed(self.root, read_delta(open_table(self.root, "sessions"), "sessions"))
-        committed = committed_seqs(open_table(self.root, "completions"))
+        committed = self._committed()
         return set(read_sessions(self.root).column("session_id").to_pylist()) | set(sids) | committed.keys()
 
     def _commit(self, states: dict[str, _Session], logged: pa.Table) -> None:
@@ -292,7 +297,9 @@ class StoreWriter:
         for sid, state in states.items():
             with state.lock:
                 rows[sid], versions[sid] = state.snapshot(), state.version
-        covered = commit_logged(self.root, logged, self.writer) if logged.num_rows else {}
+        covered = {}
+        if logged.num_rows:
+            covered = commit_logged(self.root, logged, self.writer, self._committed(list(states)))
         replace(self.root, "sessions", rows_to_table("sessions", list(rows.values())),
                 sql_in("session_id", list(rows)), self.writer)
         for sid, state in states.items():
@@ -311,6 +318,13 @@ class StoreWriter:
         self._drop_covered()
         self._flusher.submit(LIVE)
 
+    def _committed(self, session_ids: list[str] | None = None) -> dict[str, int]:
+        """Calls per session the completions table holds now (of `session_ids`, or all), from the table kept
+        open (opening it costs ~10 ms at 2,000 sessions: only a version's new commits are read here)."""
+        with self._table_lock:
+            self._completions = latest(self.root, "completions", self._completions)
+            return committed_seqs(self._completions, session_ids)
+
     def _drop_covered(self) -> None:
         """Delete every log segment no batch can go to again whose rows the completions table all holds.
         With no cached session left to commit, the live segment is retired first: its rows are in the
@@ -320,7 +334,7 @@ class StoreWriter:
         retired = [path for path in log_segments(self.root) if self._log.retired(path)]
         if not retired:
             return
-        covered = committed_seqs(open_table(self.root, "completions"))
+        covered = self._committed()
         for path in retired:
             if all(top < covered.get(sid, 0) for sid, top in segment_sessions(path).items()):
                 remove(path)
@@ -614,7 +628,7 @@ class StoreWriter:
         """Session state from the store (the log read before the tables: store/reading.py); the row is
         recounted when a crash left it behind its calls."""
         logged = log_seqs(self.root, sid)
-        committed = committed_seqs(open_table(self.root, "completions"), [sid]).get(sid, 0)
+        committed = self._committed([sid]).get(sid, 0)
         rows = read_sessions(self.root, [sid]).to_pylist()
         row = rows[0] if rows else _new_row(sid)
         state = _Session(row, max([committed, *(seq + 1 for seq in logged)]), committed)
