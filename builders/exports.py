@@ -5,6 +5,13 @@ rows as JSON lines), `slime` (JSON lines of slime Sample dicts), `verl` (Parquet
 rows) and `atif` (a directory with one ATIF JSON document per session). Sessions are read one at a
 time, so memory is bounded by the largest session; the output appears atomically when complete.
 A trace's `group_id` is the session metadata's `group_id`, else its task id, else its session id.
+
+The summary's `table_versions` are the Delta table versions the export read, taken once it has read
+everything: an export `as_of` those versions (store.AsOf, `tracetap export --as-of table=N,...`) writes the
+same bytes again later, whatever was recorded, compacted or rebuilt since. No format has a manifest file to
+keep them in, so the summary (`--json`) is where they are recorded. Without `as_of` the export reads
+sessions and completions live, with what writers hold uncommitted (no version holds that): at rest (no
+gateway running), the recorded versions reproduce it exactly.
 """
 
 from __future__ import annotations
@@ -19,7 +26,7 @@ from tracetap.builders.export_atif import atif_document, session_completions
 from tracetap.builders.export_budget import apply_budget
 from tracetap.builders.export_writers import JsonDirSink, JsonlSink, ParquetSink
 from tracetap.builders.rewards import join_session, load_rewards
-from tracetap.store import Reader, StorePath, StoreReader, store_path, validate_name
+from tracetap.store import AsOf, Reader, StorePath, StoreReader, store_path, validate_name
 
 FORMATS = ("parquet", "jsonl", "slime", "verl", "atif")
 
@@ -43,9 +50,9 @@ class ExportSummary:
     table_versions: dict[str, int | None] = field(default_factory=dict)  # the Delta table versions it read
 
 
-def trajectory_sessions(root: StorePath | str, builder: str) -> list[str]:
-    """Ids of the sessions with trajectories of `builder`, in session order."""
-    return StoreReader(root).trajectory_session_ids(builder)
+def trajectory_sessions(root: StorePath | str, builder: str, as_of: AsOf | None = None) -> list[str]:
+    """Ids of the sessions with trajectories of `builder` (as of a moment, when given), in session order."""
+    return StoreReader(root, as_of).trajectory_session_ids(builder)
 
 
 def _session_info(reader: Reader, session_ids: list[str]) -> dict[str, dict]:
@@ -132,22 +139,29 @@ def _check_options(fmt: str, max_tokens: int | None, evaluator: str | None) -> N
         validate_name(evaluator, "evaluator name")
 
 
-def export(root: StorePath | str, builder: str, fmt: str, out: Path | str, *, max_tokens: int | None = None,
-           evaluator: str | None = None, force: bool = False,
-           on_session: Callable[[str], None] | None = None,
-           session_ids: Collection[str] | None = None) -> ExportSummary:
-    """Write the dataset to `out` (only `session_ids` when given, e.g. one rollout task's sessions);
-    returns counts (traces dropped by the budget included)."""
-    root, out = store_path(root), Path(out)
-    _check_options(fmt, max_tokens, evaluator)
-    reader: Reader = StoreReader(root)
+def _exported(reader: Reader, builder: str, session_ids: Collection[str] | None) -> list[str]:
+    """The sessions with trajectories of `builder` to export (of `session_ids`, when given); an ExportError
+    when there are none."""
     sessions = reader.trajectory_session_ids(builder)
     if session_ids is not None:
         sessions = [sid for sid in sessions if sid in set(session_ids)]
     if not sessions:
-        raise ExportError(f"no trajectories of builder {builder!r} in {root}; run `tracetap build` first")
+        raise ExportError(f"no trajectories of builder {builder!r} in {reader.root}; run `tracetap build` first")
+    return sessions
+
+
+def export(root: StorePath | str, builder: str, fmt: str, out: Path | str, *, max_tokens: int | None = None,
+           evaluator: str | None = None, force: bool = False,
+           on_session: Callable[[str], None] | None = None,
+           session_ids: Collection[str] | None = None, as_of: AsOf | None = None) -> ExportSummary:
+    """Write the dataset to `out` (only `session_ids` when given, e.g. one rollout task's sessions; the store
+    as of a moment, when given); returns counts (traces dropped by the budget included) and the versions read."""
+    root, out = store_path(root), Path(out)
+    _check_options(fmt, max_tokens, evaluator)
+    reader: Reader = StoreReader(root, as_of)
+    sessions = _exported(reader, builder, session_ids)
     target = _Atif(out, force, reader, builder, evaluator) if fmt == "atif" else _Rows(fmt, out, force)
-    summary = ExportSummary(fmt, str(out), table_versions=reader.versions())
+    summary = ExportSummary(fmt, str(out))
     try:
         for info, traces in _sessions(reader, builder, sessions, evaluator):
             rows = _fit(summary, [rows_.canonical_row(t, info, evaluator) for t in traces], max_tokens)
@@ -160,5 +174,6 @@ def export(root: StorePath | str, builder: str, fmt: str, out: Path | str, *, ma
     except BaseException:
         target.sink.abort()
         raise
+    summary.table_versions = reader.versions()  # now: what the live reads of sessions and completions loaded
     target.sink.commit()
     return summary

@@ -6,7 +6,11 @@ and holds the GIL, so threads share one core; `tracetap build` picks one per cor
 default_workers). Workers are spawned, so a script calling `build` with workers needs the usual
 `if __name__ == "__main__":` guard. Otherwise a batch or two are built at a time in this process
 (BUILD_THREADS): one thread's Parquet decoding and fsyncs (which release the GIL) overlap another's
-routing. A batch's traces are one commit of the `trajectories` Delta table (store.write_session_tables).
+routing. A batch's traces are one commit of the `trajectories` Delta table (store.write_session_tables),
+whose metadata records the versions of completions and sessions the batch read (`tracetap history` shows
+them). A build `as_of` a past moment (store.AsOf) reads every batch at that moment's versions, so its record
+names exactly what it read; a build of the store as it is reads each batch live (store/reading.py), with
+what writers hold uncommitted, which no version holds.
 Results are taken in session order. Token columns are handed to the builders as numpy views over
 the Arrow buffers (no per-token Python objects), prompts in the compact form capture stored (a
 reference and a suffix), so no prompt is read whole unless a builder needs it. Each session's traces replace
@@ -30,8 +34,9 @@ import pyarrow as pa
 from tracetap.builders import per_request, prefix_merging
 from tracetap.builders.base import Builder
 from tracetap.builders.drift import Decode
-from tracetap.store import Reader, StorePath, StoreReader, validate_session_id, write_session_tables
+from tracetap.store import AsOf, Reader, StorePath, StoreReader, validate_session_id, write_session_tables
 
+READ_TABLES = ("completions", "sessions")  # what a build reads: the versions its commits record
 READ_COLUMNS = ["session_id", "seq", "completion_id", "task_id", "status", "http_status", "served_model",
                 "prompt_ref_seq", "prompt_ref_len", "prompt_suffix_ids", "completion_token_ids", "logprobs",
                 "finish_reason", "tool_calls", "chat_response_json", "policy_version", "metadata_json"]
@@ -63,6 +68,15 @@ class BuildSummary:
     degraded: int = 0  # completions the upstream answered without training data (never in a trace)
     not_trainable: list[str] = field(default_factory=list)
     session_stats: dict[str, dict] = field(default_factory=dict)
+    # completions and sessions versions read: as of a moment, its versions; else the newest any batch read
+    table_versions: dict[str, int | None] = field(default_factory=dict)
+
+    def read(self, versions: dict[str, int | None]) -> None:
+        """Take account of the table versions one batch read."""
+        for table, version in versions.items():
+            known = self.table_versions.get(table)
+            if known is None or (version is not None and version > known):
+                self.table_versions[table] = version
 
     def add(self, session_id: str, stats: dict) -> None:
         self.sessions += 1
@@ -83,12 +97,13 @@ class BuildSummary:
                 "chains": self.chains, "segments": self.segments, "break_reasons": dict(self.break_reasons),
                 "drift_tokens": self.drift_tokens, "drift_tokens_by_kind": dict(self.drift_tokens_by_kind),
                 "retries": self.retries, "degraded": self.degraded,
-                "not_trainable": self.not_trainable, "session_stats": self.session_stats}
+                "not_trainable": self.not_trainable, "session_stats": self.session_stats,
+                "table_versions": self.table_versions}
 
 
-def list_sessions(store_root: StorePath | str) -> list[str]:
-    """Ids of the sessions with recorded completions, sorted."""
-    return StoreReader(store_root).session_ids()
+def list_sessions(store_root: StorePath | str, as_of: AsOf | None = None) -> list[str]:
+    """Ids of the sessions with recorded completions (as of a moment, when given), sorted."""
+    return StoreReader(store_root, as_of).session_ids()
 
 
 def _list_column(column: pa.ChunkedArray, dtype) -> list[np.ndarray | None]:
@@ -145,23 +160,26 @@ def _executor(workers: int, decode: Decode | None) -> Executor:
 
 def build(store_root: StorePath | str, builder: str, session_ids: Iterable[str] | None = None,
           eot_id: int | None = None, progress: Callable[[str], None] | None = None,
-          decode: Decode | None = None, workers: int = 1) -> BuildSummary:
+          decode: Decode | None = None, workers: int = 1, as_of: AsOf | None = None) -> BuildSummary:
     """Build `builder`'s trajectories for the given sessions (default: all) into the store.
 
     `eot_id` overrides end-of-turn detection (prefix_merging). `progress` is called with each
     session id once that session is written. `decode` (ids -> text, the model's tokenizer) tells
     tokenization drift from content drift (without it, drift is unclassified and not trainable).
     `workers`: processes building in parallel (1: build in this process; see default_workers).
+    `as_of`: build from the store as it was then (its committed completions and sessions); the traces
+    are written to the store as it is.
     """
     _check_options(builder, eot_id, workers)
-    reader: Reader = StoreReader(store_root)
+    reader = StoreReader(store_root, as_of)  # an AsOfError now for a moment the store lacks
     wanted = _wanted(reader, session_ids)
-    summary = BuildSummary(builder)
+    summary = BuildSummary(builder, table_versions={} if as_of is None else reader.versions(READ_TABLES))
     pool = _executor(workers, decode)
     try:
         batches = [wanted[start:start + READ_BATCH] for start in range(0, len(wanted), READ_BATCH)]
-        results = pool.map(partial(_build_batch, reader.root, builder, eot_id, decode), batches)
-        for batch, stats in zip(batches, results, strict=True):
+        results = pool.map(partial(_build_batch, reader.root, builder, eot_id, decode, reader.as_of), batches)
+        for batch, (stats, read) in zip(batches, results, strict=True):
+            summary.read(read)
             for sid, session_stats in zip(batch, stats, strict=True):
                 summary.add(sid, session_stats)
                 if progress is not None:
@@ -191,11 +209,14 @@ def _wanted(reader: Reader, session_ids: Iterable[str] | None) -> list[str]:
     return wanted
 
 
-def _build_batch(root: StorePath, builder: str, eot_id: int | None, decode: Decode | None,
-                 session_ids: list[str]) -> list[dict]:
-    """Build a few sessions' traces and commit them at once; returns their stats. Runs in a worker process too."""
+def _build_batch(root: StorePath, builder: str, eot_id: int | None, decode: Decode | None, as_of: AsOf | None,
+                 session_ids: list[str]) -> tuple[list[dict], dict[str, int | None]]:
+    """Build a few sessions' traces and commit them at once, recording the table versions read; returns their
+    stats and those versions. Runs in a worker process too (`as_of` pinned: it resolves without reading)."""
+    reader = StoreReader(root, as_of)
     built = [BUILDERS[builder](rows, eot_id=eot_id, session=session, decode=decode)
-             for rows, session in load_batch(StoreReader(root), session_ids)]
+             for rows, session in load_batch(reader, session_ids)]
     traces = [(sid, session_traces) for sid, (session_traces, _) in zip(session_ids, built, strict=True)]
-    write_session_tables(root, "trajectories", traces, builder=builder, writer="tracetap build")
-    return [stats for _, stats in built]
+    read = reader.versions(READ_TABLES)
+    write_session_tables(root, "trajectories", traces, builder=builder, writer="tracetap build", read_versions=read)
+    return [stats for _, stats in built], read

@@ -28,9 +28,13 @@ from tracetap.store.reader import Reader, StoreReader
 from tracetap.store.schema import SCHEMA_VERSION, TABLES, describe, empty_row
 from tracetap.store.tables import write_session_table, write_session_tables
 from tracetap.store.tasks import read_task, read_tasks, save_task
+from tracetap.store.time_travel import AsOf, AsOfError
+from tracetap.store.time_travel import parse as parse_as_of
 from tracetap.store.writer import StoreWriter
 
 __all__ = [
+    "AsOf",
+    "AsOfError",
     "DEFAULT_RETAIN_HOURS",
     "SCHEMA_VERSION",
     "TABLES",
@@ -62,6 +66,7 @@ __all__ = [
     "load_recorded",
     "read_task",
     "migrate_store",
+    "parse_as_of",
     "read_tasks",
     "save_grant",
     "save_task",

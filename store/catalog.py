@@ -12,6 +12,10 @@ SQL (`_expanded`), and the Polars scan of completions goes through the Python re
 both show `prompt_token_ids`, `request_json` and `chat_request_json` whole. Views have no defined row
 order: use ORDER BY session_id, seq. Nothing is retried: a compaction or a vacuum never fails a statement.
 
+A connection `as_of` a past moment (store/time_travel.py) registers each table at the version the moment
+resolves to once, with no uncommitted rows (the log and the live files are not versioned), and its
+statements all read those versions.
+
 The completions view also carries each call's thread (VIEW_COLUMNS): its `chain_index`, read from the
 `prefix_merging` trajectories when they are built (the chain of the trace that holds the call, or
 whose turn it retried), and `side_call`, true for a call offering no tools in a session whose other
@@ -40,10 +44,12 @@ from tracetap.store.log_reading import log_rows
 from tracetap.store.paths import validate_session_id
 from tracetap.store.reading import read_completions, read_sessions, uncommitted
 from tracetap.store.schema import STORED_TABLES, TABLES
+from tracetap.store.time_travel import AsOf
 
 if TYPE_CHECKING:
     import duckdb
     import polars
+    import pyarrow as pa
     from deltalake import DeltaTable
 
 THREAD_BUILDER = "prefix_merging"
@@ -170,8 +176,11 @@ class _Views:
     latest version. A view over a table without a commit yet has no dataset to read: the views are made
     again whenever the set of such tables changes."""
 
-    def __init__(self, con: duckdb.DuckDBPyConnection, root: StorePath, session_ids: list[str] | None) -> None:
+    def __init__(self, con: duckdb.DuckDBPyConnection, root: StorePath, session_ids: list[str] | None,
+                 as_of: AsOf | None = None) -> None:
         self.con, self.root, self.session_ids = con, root, session_ids
+        # each table's version as of a moment (None: its latest, and what writers hold)
+        self.pins = None if as_of is None else as_of.resolve(root)
         self.empty: frozenset[str] | None = None  # the tables without a commit the views were made for
         self.deltas: dict[str, DeltaTable] = {}  # each Delta table as last registered, by name
         self.registered: dict[str, int] = {}  # the version of each registered one
@@ -181,9 +190,9 @@ class _Views:
         """`table` at its latest version, registered for the views (its dataset made again only when a
         commit came since); None before its first commit."""
         delta = self.deltas.get(table)
-        if delta is None:
-            delta = open_table(self.root, table)
-        else:
+        if delta is None and (self.pins is None or self.pins[table] is not None):
+            delta = open_table(self.root, table, None if self.pins is None else self.pins[table])
+        elif delta is not None and self.pins is None:
             delta.update_incremental()
         if delta is not None and self.registered.get(table) != delta.version():
             self.con.register(_registered(table), dataset(delta, table, self.session_ids))
@@ -192,11 +201,18 @@ class _Views:
                 self.covered = committed_seqs(delta, self.session_ids)
         return delta
 
+    def _uncommitted(self) -> tuple[pa.Table, pa.Table]:
+        """(log rows, live session rows) of the shown sessions; none as of a moment (they are not versioned)."""
+        if self.pins is not None:
+            return read_delta(None, "completions"), read_delta(None, "sessions")
+        return log_rows(self.root, session_ids=self.session_ids), read_live(self.root, self.session_ids)
+
     def refresh(self) -> None:
+        if self.pins is not None and self.empty is not None:
+            return  # as of a moment: the versions registered first are all it ever reads
         # a statement first: it ends whatever result the last one left unfetched, which a register would refuse
         self.con.execute("SET VARIABLE tracetap_shown_sessions = $1::VARCHAR[]", [self.session_ids])
-        logged = log_rows(self.root, session_ids=self.session_ids)  # before the tables: store/reading.py
-        live = read_live(self.root, self.session_ids)
+        logged, live = self._uncommitted()  # before the tables: store/reading.py
         versions = {table: self._delta(table) for table in DELTA_TABLES}
         self.con.register(UNCOMMITTED["completions"], uncommitted(logged, self.covered))
         self.con.register(UNCOMMITTED["sessions"], live)
@@ -208,12 +224,13 @@ class _Views:
 
 
 def connect(root: StorePath | str, decode: Callable[[list[int]], str] | None = None,
-            session_ids: Collection[str] | None = None) -> StoreConnection:
+            session_ids: Collection[str] | None = None, as_of: AsOf | None = None) -> StoreConnection:
     """An in-memory DuckDB connection with views `completions, sessions, rewards, trajectories`.
 
     With `decode`, the SQL function `decode(ids INTEGER[]) -> VARCHAR` calls it (NULL for NULL).
     Every connection has the macro `parseable_json(text)` (see the module docstring).
     With `session_ids`, the views hold those sessions only (and list nothing else).
+    With `as_of`, the views show the committed rows of that moment (an AsOfError for one the store lacks).
     On an object store DuckDB reads the files through the store's fsspec filesystem (registered on the
     connection; the views list URLs of its protocol).
     """
@@ -231,7 +248,7 @@ def connect(root: StorePath | str, decode: Callable[[list[int]], str] | None = N
     con.execute(PARSEABLE_JSON)
     if isinstance(root, ObjectPath):
         con.register_filesystem(root.fs)
-    views = _Views(con, root if isinstance(root, ObjectPath) else root.resolve(), wanted)
+    views = _Views(con, root if isinstance(root, ObjectPath) else root.resolve(), wanted, as_of)
     views.refresh()
     if decode is not None:
         con.create_function("decode", lambda ids: decode(list(ids)), ["INTEGER[]"], "VARCHAR")

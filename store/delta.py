@@ -13,16 +13,17 @@ Every commit names its writer in its metadata (`tracetap.writer`), which `tracet
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
 import pyarrow.compute as pc
 from tracetap.store import files
-from tracetap.store.files import outdated, read_version
+from tracetap.store.files import StoreError, outdated, read_version
 from tracetap.store.location import ObjectPath, StorePath, store_path
 from tracetap.store.paths import SESSION_ID_PATTERN
 from tracetap.store.schema import SCHEMA_VERSION, STORED_TABLES
@@ -46,6 +47,7 @@ STATS_COLUMNS: dict[str, tuple[str, ...]] = {"completions": ("seq",), "sessions"
                                              "rewards": ("session_id",), "trajectories": (), "rollouts": ("task_id",)}
 DELTA_PROTOCOLS = ("s3", "s3a", "gs", "az", "abfs", "abfss")  # object stores deltalake commits to
 WRITER_KEY = "tracetap.writer"  # commit metadata naming what wrote a version (a command, a gateway)
+READ_VERSIONS_KEY = "tracetap.read_versions"  # commit metadata: the table versions the written rows came from (JSON)
 COMMIT_ATTEMPTS = 30  # a write racing others commits again on the new version, this many times at most
 FIRST_BACKOFF, MAX_BACKOFF = 0.01, 1.0  # seconds: the random pause before a retry is at most this, doubled each time
 
@@ -117,6 +119,15 @@ def open_table(root: StorePath | str, table: str, version: int | None = None) ->
     return DeltaTable(uri, storage_options=options, version=version)
 
 
+def latest(root: StorePath | str, table: str, opened: DeltaTable | None) -> DeltaTable | None:
+    """`opened` brought to the latest version of `table` (a version's new commits only are read), or the
+    table opened now when there is none yet."""
+    if opened is None:
+        return open_table(root, table)
+    opened.update_incremental()
+    return opened
+
+
 def _supported(root: StorePath | str) -> bool:
     """Whether deltalake can hold tables there: the local disk or an object store it commits to (not another
     fsspec filesystem, such as `memory://`)."""
@@ -151,16 +162,19 @@ def _ensure(root: StorePath, table: str, writer: str) -> None:
             raise  # not the other writer's create winning: a real failure
 
 
-def replace(root: StorePath | str, table: str, rows: pa.Table, where: str, writer: str) -> None:
-    """One commit: the rows matching `where` (SQL over the table's columns) become `rows`. A commit that
-    lost a race to another writer's (deltalake's CommitFailedError: it added files the predicate may
-    match) is run again on the new version: replacing a key's rows is the same write whenever it lands."""
+def replace(root: StorePath | str, table: str, rows: pa.Table, where: str, writer: str,
+            metadata: Mapping[str, str] | None = None) -> None:
+    """One commit: the rows matching `where` (SQL over the table's columns) become `rows`, its metadata naming
+    `writer` (and holding `metadata`: READ_VERSIONS_KEY, say). A commit that lost a race to another writer's
+    (deltalake's CommitFailedError: it added files the predicate may match) is run again on the new
+    version: replacing a key's rows is the same write whenever it lands."""
     from deltalake import CommitProperties, write_deltalake
     from deltalake.exceptions import CommitFailedError
 
     root = store_path(root)
     _ensure(root, table, writer)
-    data, properties = rows.cast(storage_schema(table)), CommitProperties(custom_metadata={WRITER_KEY: writer})
+    properties = CommitProperties(custom_metadata={**(metadata or {}), WRITER_KEY: writer})
+    data = rows.cast(storage_schema(table))
     for attempt in range(COMMIT_ATTEMPTS):
         try:
             write_deltalake(table_uri(root, table), data, mode="overwrite", predicate=where,
@@ -173,6 +187,11 @@ def replace(root: StorePath | str, table: str, rows: pa.Table, where: str, write
             time.sleep(random.uniform(0, min(MAX_BACKOFF, FIRST_BACKOFF * 2**attempt)))  # writers spread out
 
 
+def read_versions_metadata(versions: Mapping[str, int | None]) -> dict[str, str]:
+    """Commit metadata recording the table versions a write's rows were made from (`tracetap history` shows it)."""
+    return {READ_VERSIONS_KEY: json.dumps(dict(versions), sort_keys=True)}
+
+
 def read(delta: DeltaTable | None, table: str, where: pc.Expression | None = None,
          columns: list[str] | None = None, session_ids: list[str] | None = None) -> pa.Table:
     """The rows of one version of `table` (matching `where`; all columns or `columns`; only `session_ids`'
@@ -182,7 +201,23 @@ def read(delta: DeltaTable | None, table: str, where: pc.Expression | None = Non
         target = pa.schema([target.field(name) for name in columns])
     if delta is None or session_ids == []:
         return target.empty_table()
-    return dataset(delta, table, session_ids).to_table(columns=target.names, filter=where).cast(target)
+    try:
+        return dataset(delta, table, session_ids).to_table(columns=target.names, filter=where).cast(target)
+    except (OSError, pa.ArrowInvalid) as error:
+        raise _unreadable(delta, error) from None
+
+
+def _unreadable(delta: DeltaTable, error: Exception) -> StoreError:
+    """What to say when a version's data could not be read: the first of its files that is no readable
+    Parquet, by its full path (a read names it relative to the table), else the error as it came."""
+    import pyarrow.parquet as pq
+
+    for uri in delta.file_uris():
+        try:
+            pq.read_metadata(uri)
+        except (OSError, pa.ArrowInvalid) as broken:
+            return StoreError(f"{uri} is not a readable Parquet file: {broken}")
+    return StoreError(f"{delta.table_uri} could not be read: {error}")
 
 
 def dataset(delta: DeltaTable, table: str, session_ids: list[str] | None = None) -> pyarrow.dataset.Dataset:

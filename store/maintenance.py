@@ -8,13 +8,14 @@ every Delta table the store has (DELTA_TABLES), skipping the ones not written ye
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from tracetap.store.delta import DELTA_TABLES, WRITER_KEY, open_table
+from tracetap.store.delta import DELTA_TABLES, READ_VERSIONS_KEY, WRITER_KEY, open_table
 from tracetap.store.files import StoreError
 from tracetap.store.location import StorePath, list_names, store_path
 
@@ -42,6 +43,8 @@ class TableVersion:
     rows_added: int | None
     files_added: int | None
     files_removed: int | None
+    # the commit's `tracetap.read_versions`: the table versions its rows were made from (a build's); None: unrecorded
+    read_versions: dict[str, int | None] | None = field(default=None, hash=False)
 
 
 def history(root: StorePath | str, tables: Iterable[str] | None = None,
@@ -144,7 +147,18 @@ def _version(table: str, commit: dict[str, Any]) -> TableVersion:
         timestamp=_EPOCH + timedelta(milliseconds=int(commit["timestamp"])),
         operation=str(commit.get("operation", "")), writer=_text(commit.get(WRITER_KEY)),
         rows_added=_count(metrics.get("num_added_rows")), files_added=_count(metrics.get("num_added_files")),
-        files_removed=_count(metrics.get("num_removed_files")))
+        files_removed=_count(metrics.get("num_removed_files")), read_versions=_versions(commit.get(READ_VERSIONS_KEY)))
+
+
+def _versions(value: object) -> dict[str, int | None] | None:
+    """A commit's recorded read versions; None when it has none (or another engine wrote something else there)."""
+    try:
+        versions = json.loads(value) if isinstance(value, str) else None
+    except json.JSONDecodeError:
+        return None
+    if not isinstance(versions, dict) or not all(v is None or type(v) is int for v in versions.values()):
+        return None
+    return {str(table): version for table, version in versions.items()}
 
 
 def _text(value: object) -> str | None:

@@ -2,10 +2,11 @@
 
 Every table is a Delta table (store/delta.py). Completions and sessions are read with what writers hold
 uncommitted (store/reading.py), each read as of the moment it runs; rewards, trajectories and rollouts
-at one version, pinned at a reader's first read of them. Reads that name sessions read only those
-sessions' partitions: a read of one session costs about the same in a store of ten sessions or of ten
-thousand. Tables come back as Arrow tables (the token columns stay columnar); small per-session rows
-(sessions, rewards, tasks) as dicts.
+at one version, pinned at a reader's first read of them. A reader made `as_of` a past moment
+(store/time_travel.py) reads every table at the version it resolves to, committed rows only. Reads that
+name sessions read only those sessions' partitions: a read of one session costs about the same in a store
+of ten sessions or of ten thousand. Tables come back as Arrow tables (the token columns stay columnar);
+small per-session rows (sessions, rewards, tasks) as dicts.
 """
 
 from __future__ import annotations
@@ -23,8 +24,9 @@ from tracetap.store.delta import read as read_delta
 from tracetap.store.files import check_store
 from tracetap.store.location import StorePath
 from tracetap.store.log_reading import log_seqs
-from tracetap.store.paths import validate_name, validate_session_id
-from tracetap.store.reading import read_completions, read_sessions
+from tracetap.store.paths import SESSION_ID_PATTERN, validate_name, validate_session_id
+from tracetap.store.reading import no_completions, read_completions, read_sessions
+from tracetap.store.time_travel import AsOf
 
 if TYPE_CHECKING:
     from deltalake import DeltaTable
@@ -61,34 +63,55 @@ class Reader(Protocol):
     def connect(self, decode: Callable[[list[int]], str] | None = None,
                 session_ids: Collection[str] | None = None) -> StoreConnection: ...
     def recorded(self, session_id: str) -> bool: ...
-    def versions(self) -> dict[str, int | None]: ...
+    def versions(self, tables: Collection[str] | None = None) -> dict[str, int | None]: ...
 
 
 class StoreReader:
     """Read-only access to one store (checked to be a tracetap store when made).
 
     A reader reads each Delta table (store/delta.py) at one version: the latest when it first reads the
-    table, so everything it answers from that table is one snapshot, whatever writers commit meanwhile."""
+    table, so everything it answers from that table is one snapshot, whatever writers commit meanwhile.
+    With `as_of`, every table at the version that moment resolves to (resolved once, when the reader is
+    made: an AsOfError then for a version the store does not have), without what writers hold uncommitted."""
 
-    def __init__(self, root: StorePath | str) -> None:
+    def __init__(self, root: StorePath | str, as_of: AsOf | None = None) -> None:
         self.root = check_store(root)
+        self.as_of = None if as_of is None else as_of.pin(self.root)  # every table's version, resolved
+        self._pins = None if self.as_of is None else self.as_of.resolve(self.root)
         self._pinned: dict[str, DeltaTable | None] = {}
+        self._loaded: dict[str, int | None] = {}  # completions and sessions: the version the last read loaded
 
     def _version(self, table: str) -> DeltaTable | None:
-        """The version of `table` this reader reads (None: the table has no commit yet)."""
+        """The version of `table` this reader reads (None: the table has no commit yet, or had none then)."""
         if table not in self._pinned:
-            self._pinned[table] = open_table(self.root, table)
+            self._pinned[table] = None if self._unwritten(table) else open_table(self.root, table, self._at(table))
         return self._pinned[table]
 
-    def versions(self) -> dict[str, int | None]:
-        """The version this reader reads of each Delta table (pinned now for those not read yet; None for a
-        table never written): what a dataset built from its answers needs to be rebuilt exactly."""
-        return {table: None if (delta := self._version(table)) is None else delta.version()
-                for table in DELTA_TABLES}
+    def versions(self, tables: Collection[str] | None = None) -> dict[str, int | None]:
+        """The version this reader read of each Delta table (or of `tables`; None: no commit), what a dataset
+        built from its answers needs to be rebuilt exactly (`as_of` those versions). As of a moment: the
+        versions it resolved to. Otherwise completions and sessions, read live: the version their last read
+        loaded (with what writers held uncommitted then, which no version holds); other tables: the pin,
+        taken now for one not read yet."""
+        if self._pins is not None:
+            return {table: self._pins[table] for table in (DELTA_TABLES if tables is None else tables)}
+        return {table: self._loaded[table] if table in self._loaded else
+                None if (delta := self._version(table)) is None else delta.version()
+                for table in (DELTA_TABLES if tables is None else tables)}
+
+    def _at(self, table: str) -> int | None:
+        """The version of `table` an as-of reader reads (None: the latest, or, as of a moment, no commit)."""
+        return None if self._pins is None else self._pins[table]
+
+    def _unwritten(self, table: str) -> bool:
+        """Whether `table` had no commit at this reader's moment (it reads empty)."""
+        return self._pins is not None and self._pins[table] is None
 
     def session_ids(self) -> list[str]:
         """Ids of the sessions with recorded completions, sorted."""
-        return recorded_sessions(self.root)
+        if self._pins is None:
+            return recorded_sessions(self.root)
+        return sorted(sid for sid in committed_seqs(self._version("completions")) if SESSION_ID_PATTERN.fullmatch(sid))
 
     def files(self, table: str) -> list[str]:
         """The Parquet files of the version of `table` this reader reads, for tools that scan them directly
@@ -103,11 +126,15 @@ class StoreReader:
     def completions_of(self, session_ids: Collection[str], columns: list[str] | None = None,
                        ) -> dict[str, pa.Table]:
         """Several sessions' completions from one listing: {session_id: its rows in seq order}."""
-        return read_completions(self.root, _ids(session_ids) or [], columns)
+        if self._unwritten("completions"):
+            return {sid: no_completions(columns) for sid in _ids(session_ids) or []}
+        return read_completions(self.root, _ids(session_ids) or [], columns, self._at("completions"), self._loaded)
 
     def sessions(self, session_ids: Collection[str] | None = None) -> list[dict]:
         """Session rows (all, or those of `session_ids` that have one), by session id."""
-        return read_sessions(self.root, _ids(session_ids)).to_pylist()
+        if self._unwritten("sessions"):
+            return []
+        return read_sessions(self.root, _ids(session_ids), self._at("sessions"), self._loaded).to_pylist()
 
     def _delta(self, table: str, where: pc.Expression | None, columns: list[str] | None = None,
                session_ids: list[str] | None = None) -> pa.Table:
@@ -138,11 +165,14 @@ class StoreReader:
 
     def connect(self, decode: Callable[[list[int]], str] | None = None,
                 session_ids: Collection[str] | None = None) -> StoreConnection:
-        """A DuckDB connection over the store's views (see store/catalog.py `connect`)."""
-        return connect(self.root, decode, session_ids)
+        """A DuckDB connection over the store's views (see store/catalog.py `connect`), as of this reader's
+        moment when it has one."""
+        return connect(self.root, decode, session_ids, self.as_of)
 
     def recorded(self, session_id: str) -> bool:
         """Whether the store holds completions of this session; the log first (store/reading.py)."""
         sid = validate_session_id(session_id)
+        if self._pins is not None:
+            return sid in committed_seqs(self._version("completions"), [sid])
         return bool(log_seqs(self.root, sid)) or sid in committed_seqs(open_table(self.root, "completions"), [sid])
 

@@ -7,13 +7,15 @@ the read then loads. Of a session's log rows it shows those past what that versi
 table holding seqs 0..N-1). Session rows work the same way with the writers' live files
 (store/live_sessions.py). Nothing is retried: a compaction or a vacuum never fails a read.
 
-A read pinned to a version (`as_of`: time travel) reads that version alone, without the log.
+A read pinned to a version (`as_of`: time travel, store/time_travel.py) reads that version alone, without the
+log or the live files: they are not versioned.
 Completions come back expanded from the compact form (store/expansion.py), in seq order.
 """
 
 from __future__ import annotations
 
 from collections.abc import Collection
+from typing import TYPE_CHECKING
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -24,6 +26,9 @@ from tracetap.store.live_sessions import current, read_live
 from tracetap.store.location import StorePath, store_path
 from tracetap.store.log_reading import log_rows
 from tracetap.store.schema import COMPLETIONS
+
+if TYPE_CHECKING:
+    from deltalake import DeltaTable
 
 
 def _of(session_ids: list[str] | None) -> pc.Expression | None:
@@ -56,36 +61,55 @@ def _covered(committed: pa.Table) -> dict[str, int]:
     return dict(zip(held.column(0).to_pylist(), held.column(1).to_pylist(), strict=True))
 
 
+def _note(loaded: dict[str, int | None] | None, table: str, delta: DeltaTable | None) -> None:
+    """Put the version a read loaded into `loaded` (when the caller keeps account: StoreReader.versions)."""
+    if loaded is not None:
+        loaded[table] = None if delta is None else delta.version()
+
+
 def stored_completions(root: StorePath | str, session_ids: list[str] | None, columns: list[str],
-                       as_of: int | None = None) -> pa.Table:
+                       as_of: int | None = None, loaded: dict[str, int | None] | None = None) -> pa.Table:
     """The stored (compact) rows of `columns` (session_id and seq always among them) of `session_ids`
-    (all when None): the table's version, plus the log rows past it unless `as_of` pins a version."""
+    (all when None): the table's version, plus the log rows past it unless `as_of` pins a version.
+    `loaded`, when given, gets the version read (under "completions")."""
     root = store_path(root)
     keys = list(dict.fromkeys(["session_id", "seq", *columns]))
     logged = log_rows(root, columns=keys, session_ids=session_ids) if as_of is None else None
     delta = open_table(root, "completions", as_of)
+    _note(loaded, "completions", delta)
     committed = read_delta(delta, "completions", _of(session_ids), keys, session_ids)
     return committed if logged is None else pa.concat_tables([committed, uncommitted(logged, _covered(committed))])
 
 
+def no_completions(columns: list[str] | None = None) -> pa.Table:
+    """An empty table of full completions rows of `columns` (all by default): a session without rows."""
+    wanted = columns if columns is not None else COMPLETIONS.names
+    return expand(read_delta(None, "completions", columns=list(dict.fromkeys(["session_id", "seq", *inputs(wanted)]))),
+                  wanted)
+
+
 def read_completions(root: StorePath | str, session_ids: Collection[str] | None = None,
-                     columns: list[str] | None = None, as_of: int | None = None) -> dict[str, pa.Table]:
+                     columns: list[str] | None = None, as_of: int | None = None,
+                     loaded: dict[str, int | None] | None = None) -> dict[str, pa.Table]:
     """Full completions rows in seq order, by session (every session with rows when `session_ids` is
-    None; a named session without rows gets an empty table). `columns` may name compact ones."""
+    None; a named session without rows gets an empty table). `columns` may name compact ones.
+    `loaded`, when given, gets the version of the table read (under "completions")."""
     wanted = columns if columns is not None else COMPLETIONS.names
     ids = None if session_ids is None else list(session_ids)
-    runs = _split(stored_completions(root, ids, inputs(wanted), as_of))
-    empty = expand(read_delta(None, "completions", columns=list(dict.fromkeys(["session_id", "seq", *inputs(wanted)]))),
-                   wanted)
+    runs = _split(stored_completions(root, ids, inputs(wanted), as_of, loaded))
+    empty = no_completions(wanted)
     named = runs.keys() if ids is None else ids
     return {sid: expand(runs[sid], wanted) if sid in runs else empty for sid in named}
 
 
 def read_sessions(root: StorePath | str, session_ids: Collection[str] | None = None,
-                  as_of: int | None = None) -> pa.Table:
+                  as_of: int | None = None, loaded: dict[str, int | None] | None = None) -> pa.Table:
     """Session rows (all, or those of `session_ids` that have one), by session id: the current one of
-    each session's copies (store/live_sessions.py), or those of version `as_of` alone."""
+    each session's copies (store/live_sessions.py), or those of version `as_of` alone. `loaded`, when
+    given, gets the version of the table read (under "sessions")."""
     ids = None if session_ids is None else list(session_ids)
     live = read_live(root, ids) if as_of is None else None
-    committed = read_delta(open_table(root, "sessions", as_of), "sessions", _of(ids))
+    delta = open_table(root, "sessions", as_of)
+    _note(loaded, "sessions", delta)
+    committed = read_delta(delta, "sessions", _of(ids))
     return current(committed if live is None else pa.concat_tables([committed, live]))

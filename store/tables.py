@@ -7,11 +7,11 @@ anything is committed.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from datetime import datetime
 
 import pyarrow as pa
-from tracetap.store.delta import replace, sql_in
+from tracetap.store.delta import read_versions_metadata, replace, sql_in
 from tracetap.store.files import storage_schema
 from tracetap.store.location import StorePath, store_path
 from tracetap.store.paths import validate_name, validate_session_id
@@ -113,14 +113,17 @@ def write_session_table(root: StorePath | str, table: str, session_id: str, rows
 
 
 def write_session_tables(root: StorePath | str, table: str, sessions: list[tuple[str, list[dict]]], *,
-                         builder: str | None = None, evaluator: str | None = None, writer: str = "tracetap") -> None:
+                         builder: str | None = None, evaluator: str | None = None, writer: str = "tracetap",
+                         read_versions: Mapping[str, int | None] | None = None) -> None:
     """write_session_table for several sessions `(session id, rows)` in one Delta commit (store/delta.py):
-    readers see every session's new rows or none of them. Every row is checked before anything is written."""
+    readers see every session's new rows or none of them. Every row is checked before anything is written.
+    `read_versions`: the table versions the rows were made from, kept in the commit's metadata."""
     column, key = _key(table, builder, evaluator)
     fixed_rows = [row for sid, rows in sessions for row in _fixed(validate_session_id(sid), column, key, rows)]
     checked = rows_to_table(table, fixed_rows)
     where = f"{column} = '{key}' AND {sql_in('session_id', [sid for sid, _ in sessions])}"
-    replace(store_path(root), table, checked, where, writer)
+    metadata = None if read_versions is None else read_versions_metadata(read_versions)
+    replace(store_path(root), table, checked, where, writer, metadata)
 
 
 def _key(table: str, builder: str | None, evaluator: str | None) -> tuple[str, str]:

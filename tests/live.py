@@ -110,8 +110,7 @@ def store_rows(store: Path, where: str = "true", params: list | None = None) -> 
 
 
 KEYED = {"rewards": "session_id", "trajectories": "session_id", "rollouts": "task_id"}  # tables, by row key
-QUIET = 1.0  # seconds a settled store stays unchanged: twice the writer's 0.5 s delay before it saves
-# the session rows a call changed
+QUIET = 1.0  # seconds a settled store stays unchanged: twice the writer's delay before it saves session rows
 QUIET_SESSION = ("completions", "task_id", "harness", "metadata_json")  # a row without these holds nothing
 
 

@@ -1,4 +1,4 @@
-"""Pieces the commands share: the `--store` and `--listen` options, aligned tables, JSON output."""
+"""Pieces the commands share: the `--store`, `--as-of` and `--listen` options, aligned tables, JSON output."""
 
 from __future__ import annotations
 
@@ -11,7 +11,17 @@ from pathlib import Path
 
 import click
 
-from tracetap.store import InvalidLocation, StoreError, StorePath, check_reachable, check_store, store_path
+from tracetap.store import (
+    AsOf,
+    AsOfError,
+    InvalidLocation,
+    StoreError,
+    StorePath,
+    check_reachable,
+    check_store,
+    parse_as_of,
+    store_path,
+)
 
 MAX_CELL = 80
 
@@ -54,6 +64,45 @@ def store_option(function):
     return click.option("--store", required=True, type=STORE, callback=_check_store,
                         help="Store directory or object store URL (as given to `tracetap gateway --store`)."
                         )(function)
+
+
+class AsOfText(click.ParamType):
+    """`--as-of`: a moment of the store (store.parse_as_of); a malformed one is a usage error naming it."""
+
+    name = "VERSION|TIMESTAMP|TABLE=N,..."
+
+    def convert(self, value: object, param: click.Parameter | None, ctx: click.Context | None) -> AsOf:
+        if isinstance(value, AsOf):
+            return value
+        try:
+            return parse_as_of(str(value))
+        except AsOfError as error:
+            self.fail(str(error), param, ctx)
+
+
+AS_OF_HELP = ("Read the store as it was: an ISO 8601 timestamp (UTC unless it says), a completions version N "
+              "(other tables as of its commit), or TABLE=N,... (what builds and exports record; other tables "
+              "as of the latest of those commits). Committed rows only: what writers held uncommitted is not "
+              "versioned. A table not yet created then reads empty.")
+
+
+def as_of_option(function):
+    """`--as-of VERSION|TIMESTAMP|TABLE=N,...`, optional: parsed here, resolved against the store by `pinned`."""
+    return click.option("--as-of", "as_of", type=AsOfText(), default=None, help=AS_OF_HELP)(function)
+
+
+def pinned(store: StorePath, as_of: AsOf | None) -> AsOf | None:
+    """`--as-of` resolved against the store once (every table's version), so all the command reads is of one
+    moment; a moment the store lacks (a version it does not have) is a usage error naming it (exit 2), an
+    unreadable Delta log an error (exit 1)."""
+    if as_of is None:
+        return None
+    try:
+        return as_of.pin(store)
+    except AsOfError as error:
+        raise click.BadParameter(str(error), param_hint="'--as-of'") from None
+    except StoreError as error:  # a table's Delta log could not be read: the store's fault, not the option's
+        raise click.ClickException(str(error)) from None
 
 
 def listen_address(ctx: click.Context, param: click.Parameter, value: str) -> tuple[str, int]:

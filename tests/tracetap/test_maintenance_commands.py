@@ -38,7 +38,7 @@ def files(root: Path) -> set[Path]:
 def test_history_prints_a_line_per_version(store):
     lines = run("history", "--store", str(store)).stdout.splitlines()
     assert lines[0].split() == ["table", "version", "time", "operation", "writer", "rows_added", "files_added",
-                                "files_removed"]
+                                "files_removed", "read_versions"]
     assert lines[-1] == "(5 rows)" and len(lines) == 2 + 5 + 1
     newest = lines[2].split()
     assert newest[:2] == ["rewards", "2"] and newest[2].endswith("+00:00")
@@ -54,7 +54,7 @@ def test_history_json_of_one_table_limited(store):
     only = versions[0]
     assert only.pop("time").endswith("+00:00")
     assert only == {"table": "trajectories", "version": 1, "operation": "WRITE", "writer": "tracetap build",
-                    "rows_added": 2, "files_added": 1, "files_removed": 0}
+                    "rows_added": 2, "files_added": 1, "files_removed": 0, "read_versions": None}
 
 
 def test_vacuum_dry_run_then_vacuum_without_retention(store):

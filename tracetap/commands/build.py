@@ -7,8 +7,8 @@ import sys
 
 import click
 
-from tracetap.common import STORE
-from tracetap.store import StorePath
+from tracetap.common import STORE, as_of_option, pinned
+from tracetap.store import AsOf, StorePath
 
 BUILDER_NAMES = ("per_request", "prefix_merging")
 
@@ -27,7 +27,13 @@ def _summary_lines(summary: dict) -> list[str]:
         f"drift tokens    {summary['drift_tokens']}" + _by_kind(summary["drift_tokens_by_kind"]),
         f"degraded calls  {summary['degraded']} (answered without training data, left out)",
         f"not trainable   {len(not_trainable)}" + (f" ({', '.join(not_trainable)})" if not_trainable else ""),
+        f"versions read   {_versions(summary['table_versions'])}",
     ]
+
+
+def _versions(versions: dict[str, int | None]) -> str:
+    """The table versions read, as --as-of reads them again (TABLE=N,...: a table without a commit left out)."""
+    return ",".join(f"{table}={version}" for table, version in versions.items() if version is not None) or "-"
 
 
 def _by_kind(counts: dict[str, int]) -> str:
@@ -45,22 +51,28 @@ def _by_kind(counts: dict[str, int]) -> str:
 @click.option("--workers", type=click.IntRange(min=1), default=None,
               help="Processes building in parallel (default: one per core from 128 sessions on, else 1).")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary (with per-session stats) as JSON.")
+@as_of_option
 def command(store_dir: StorePath, builder: str, sessions: tuple[str, ...], eot_id: int | None,
-            workers: int | None, as_json: bool) -> None:
+            workers: int | None, as_json: bool, as_of: AsOf | None) -> None:
     """Build trajectories into STORE/trajectories/builder=<name>/.
+
+    With --as-of, build from the store as it was then (its committed calls); the traces replace today's.
+    Each trajectories commit records the completions and sessions versions it read (`tracetap history`);
+    --json prints them as table_versions.
 
     Example: tracetap build --store ./store --builder prefix_merging
     """
     from tracetap.builders import build, default_workers, list_sessions
     from tracetap.common import decode
-    from tracetap.store import StoreError
+    from tracetap.store import StoreError, check_store
 
     try:
-        wanted = list(sessions) or list_sessions(store_dir)
+        moment = pinned(check_store(store_dir), as_of)
+        wanted = list(sessions) or list_sessions(store_dir, moment)
         with click.progressbar(length=len(wanted), label=f"building {builder}", file=sys.stderr,
                                show_pos=True) as bar:
             summary = build(store_dir, builder, wanted, eot_id=eot_id, progress=lambda _sid: bar.update(1),
-                            decode=decode, workers=workers or default_workers(len(wanted)))
+                            decode=decode, workers=workers or default_workers(len(wanted)), as_of=moment)
     except (StoreError, ValueError) as exc:
         raise click.ClickException(str(exc)) from None
     if as_json:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import click
 
-from tracetap.common import STORE, echo_json, echo_table, key_value_pairs
-from tracetap.store import StorePath
+from tracetap.common import STORE, as_of_option, echo_json, echo_table, key_value_pairs, pinned
+from tracetap.store import AsOf, StorePath
 
 
 def _list(as_json: bool) -> None:
@@ -29,8 +29,10 @@ def _list(as_json: bool) -> None:
               help="Query parameter (see --list for each query's parameters and defaults). Repeatable.")
 @click.option("--list", "list_queries", is_flag=True, help="List the named queries and their parameters.")
 @click.option("--json", "as_json", is_flag=True, help="Print rows as JSON.")
-def command(name: str | None, store: StorePath | None, params: dict, list_queries: bool, as_json: bool) -> None:
-    """Run the named query NAME (queries/NAME.sql), or list them with --list.
+@as_of_option
+def command(name: str | None, store: StorePath | None, params: dict, list_queries: bool, as_json: bool,
+            as_of: AsOf | None) -> None:
+    """Run the named query NAME (queries/NAME.sql), or list them with --list (--as-of: over the store as it was).
 
     Example: tracetap query --store runs tool_calls_by_tool --param limit=10
     """
@@ -46,7 +48,8 @@ def command(name: str | None, store: StorePath | None, params: dict, list_querie
     from tracetap.store import StoreError, check_store, connect
 
     try:
-        result = run_query(connect(check_store(store)), name, params)
+        root = check_store(store)
+        result = run_query(connect(root, as_of=pinned(root, as_of)), name, params)
     except (QueryError, StoreError) as error:
         raise click.ClickException(str(error)) from None
     except duckdb.Error as error:

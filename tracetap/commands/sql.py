@@ -7,8 +7,8 @@ from pathlib import Path
 
 import click
 
-from tracetap.common import decode, echo_json, echo_table, store_option
-from tracetap.store import connect
+from tracetap.common import as_of_option, decode, echo_json, echo_table, pinned, store_option
+from tracetap.store import AsOf, connect
 
 PROMPT, MORE = "tracetap> ", "     ...> "
 
@@ -65,18 +65,20 @@ def _shell(con, json_: bool) -> None:
 @store_option
 @click.argument("sql", required=False)
 @click.option("--json", "json_", is_flag=True, help="Print results as a JSON list instead of a table.")
-def command(store: Path, sql: str | None, json_: bool) -> None:
+@as_of_option
+def command(store: Path, sql: str | None, json_: bool, as_of: AsOf | None) -> None:
     """Run SQL over the views completions, sessions, rewards, trajectories.
 
     With no SQL, read statements (each ending in `;`) from stdin. decode(ids) turns token ids into
-    text with the embedded engine's tokenizer.
+    text with the embedded engine's tokenizer. With --as-of, every statement reads the store as it was then.
 
     Example: tracetap sql --store ./store "SELECT session_id, count(*) FROM completions GROUP BY 1"
     """
     import duckdb
 
+    moment = pinned(store, as_of)
     try:
-        con = connect(store, decode=decode)
+        con = connect(store, decode=decode, as_of=moment)
     except duckdb.Error as error:  # the views could not be made (a damaged file, say)
         raise click.ClickException(str(error)) from None
     if sql is None:
