@@ -207,14 +207,18 @@ def read(delta: DeltaTable | None, table: str, where: pc.Expression | None = Non
         raise _unreadable(delta, error) from None
 
 
-def _unreadable(delta: DeltaTable, error: Exception) -> StoreError:
-    """What to say when a version's data could not be read: the first of its files that is no readable
-    Parquet, by its full path (a read names it relative to the table), else the error as it came."""
+def _unreadable(delta: DeltaTable, error: Exception) -> OSError | StoreError:
+    """What to say when a version's data could not be read: the first of its files that is missing (a
+    FileNotFoundError: a vacuum removed it, or someone else did) or no readable Parquet, by its full path (a
+    read names it relative to the table), else the error as it came."""
     import pyarrow.parquet as pq
 
     for uri in delta.file_uris():
         try:
             pq.read_metadata(uri)
+        except FileNotFoundError:
+            return FileNotFoundError(f"{uri}, a data file of {delta.table_uri} version {delta.version()}, is gone "
+                                     "(`tracetap vacuum` removes the files of versions older than its retention)")
         except (OSError, pa.ArrowInvalid) as broken:
             return StoreError(f"{uri} is not a readable Parquet file: {broken}")
     return StoreError(f"{delta.table_uri} could not be read: {error}")
