@@ -119,15 +119,6 @@ def open_table(root: StorePath | str, table: str, version: int | None = None) ->
     return DeltaTable(uri, storage_options=options, version=version)
 
 
-def latest(root: StorePath | str, table: str, opened: DeltaTable | None) -> DeltaTable | None:
-    """`opened` brought to the latest version of `table` (a version's new commits only are read), or the
-    table opened now when there is none yet."""
-    if opened is None:
-        return open_table(root, table)
-    opened.update_incremental()
-    return opened
-
-
 def _supported(root: StorePath | str) -> bool:
     """Whether deltalake can hold tables there: the local disk or an object store it commits to (not another
     fsspec filesystem, such as `memory://`)."""
