@@ -30,7 +30,7 @@ import sys
 import tempfile
 import threading
 import time
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from multiprocessing.process import BaseProcess
 from pathlib import Path
@@ -206,11 +206,22 @@ async def measure(base: str, calls: int, sessions: int, tag: str, pid: int | Non
 
 
 def cpu_seconds(pid: int | None) -> float:
-    """User + system CPU time of a process, all its threads included (Linux /proc); 0 for None."""
+    """User + system CPU time of a process and its live child processes (the gateway's table committer), all
+    their threads included (Linux /proc); 0 for None."""
     if pid is None:
         return 0.0
     fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    own = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return own + sum(cpu_seconds(child) for child in children(pid))
+
+
+def children(pid: int) -> list[int]:
+    """The live child processes of `pid` (started by any of its threads)."""
+    found = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        with suppress(OSError):
+            found += [int(child) for child in (task / "children").read_text().split()]
+    return found
 
 
 def fdatasync_ms(directory: Path, times: int = 200) -> float:

@@ -138,9 +138,10 @@ class Gateway:
         if s.replay is not None:
             upstream = ReplayUpstream(RecordedStore(s.replay), clients[0], s.replay_miss, s.replay_session,
                                       s.replay_ignore)
-        self.service = GatewayService(StoreWriter(s.store), upstream, s.max_body, Redactor(s.redact_keys),
-                                      Fence(s.policy_version, s.pause_wait),
-                                      Control(s.control_token), s.on_pause, pool.status if pool else None, s.keyed)
+        writer = StoreWriter(s.store, isolated=True)  # a long-lived process: its memory must stay flat
+        self.service = GatewayService(writer, upstream, s.max_body, Redactor(s.redact_keys),
+                                      Fence(s.policy_version, s.pause_wait), Control(s.control_token), s.on_pause,
+                                      pool.status if pool else None, s.keyed)
         await upstream.discover()
         await self._start_streams()
         compaction = self.service.compact_idle_forever(s.compact_every, s.idle_seconds)

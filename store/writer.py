@@ -9,8 +9,9 @@ of where their chunks are and their keys; a session dropped from the cache start
 
 The compactor (a background thread) moves logged calls into the `completions` Delta table, many sessions
 a commit (store/compaction.py), with those sessions' rows into `sessions`: on close_session, compact_idle,
-eviction and the writer's close, so a store at rest holds each call once. A log segment whose every row
-the table holds is deleted at once (readers read the log before the table: store/reading.py), the live one
+eviction and the writer's close, so a store at rest holds each call once. Its table work runs in
+store/committer.py's worker process when the writer is `isolated` (the gateway's), in its own threads
+else. A log segment whose every row the table holds is deleted at once (readers read the log before the table: store/reading.py), the live one
 too once every session is committed. A session's row changes with each call; until its next commit the
 writer keeps it in its live file (store/live_sessions.py), rewritten by a background thread shortly after
 each change and synchronously by register_session, close_session, flush and close. A writer opening the
@@ -52,20 +53,16 @@ from datetime import UTC, datetime
 from itertools import islice
 from typing import IO
 
-import pyarrow as pa
-import pyarrow.compute as pc
+from tracetap.store import committer
 from tracetap.store.commit_log import SEGMENT_BYTES, CommitLog
+from tracetap.store.committer import Committer, StoredSession
 from tracetap.store.compact_form import History, encode_row
-from tracetap.store.compaction import commit_logged
-from tracetap.store.delta import check_supported, committed_seqs, open_table, replace, sql_in
-from tracetap.store.delta import read as read_delta
+from tracetap.store.delta import check_supported
 from tracetap.store.files import StoreError, outdated, read_version, write_text_atomic
 from tracetap.store.flusher import Flusher
-from tracetap.store.live_sessions import read_live, remove_committed, write_live
-from tracetap.store.location import ObjectPath, StorePath, ensure_dir, remove, store_path
-from tracetap.store.log_reading import log_rows, log_seqs, segment_sessions
+from tracetap.store.live_sessions import write_live
+from tracetap.store.location import ObjectPath, StorePath, ensure_dir, store_path
 from tracetap.store.paths import LOG_DIR, VERSION_FILE, log_segments, validate_name, validate_session_id
-from tracetap.store.reading import read_completions, read_sessions
 from tracetap.store.schema import (
     COMPLETION_STATUSES,
     COMPLETIONS,
@@ -76,7 +73,6 @@ from tracetap.store.schema import (
     UNRECORDED_KINDS,
     empty_row,
 )
-from tracetap.store.tables import rows_to_table
 
 FAILED = ("upstream_error", "timeout", "aborted", "disconnected")
 SESSION_SAVE_DELAY = 0.5  # seconds calls wait to share one rewrite of the live session rows (derived data,
@@ -85,8 +81,6 @@ RECOVERY_BATCH = 256  # sessions a recovery commits at once
 LIVE = "live"  # the live flusher's one key: each save rewrites the whole live file
 MAX_SESSIONS = 1024  # session states kept in memory (a few KB each); older idle ones are dropped
 MAX_HOST = 255  # a DNS name is at most 253 characters; a refused host longer than this is not one
-_RECOUNT_COLUMNS = ["status", "http_status", "prompt_tokens", "completion_tokens", "created_at",
-                    "finished_at", "task_id", "metadata_json", "chat_response_json"]
 
 
 @dataclass
@@ -186,6 +180,17 @@ def _apply(state: _Session, completion: dict) -> None:
     row["status"] = "open"
 
 
+def _recount(state: _Session, calls: list[dict]) -> None:
+    """Count the summary again from the session's calls (its status stays)."""
+    status = state.row["status"]
+    state.row.update(completions=0, prompt_tokens=0, completion_tokens=0, started_at=None)
+    state.failures = {}
+    for completion in calls:
+        _apply(state, completion)
+    state.row["status"] = status
+    state.version += 1
+
+
 def _checked(row: dict) -> tuple[str, str]:
     """The row's session id and completion id (made when missing), both checked, and its status."""
     sid = validate_session_id(row.get("session_id"))
@@ -231,7 +236,8 @@ class StoreWriter:
     store URL: see store/location.py and store/commit_log.py for what changes there)."""
 
     def __init__(self, root: StorePath | str, max_sessions: int = MAX_SESSIONS,
-                 segment_bytes: int = SEGMENT_BYTES) -> None:
+                 segment_bytes: int = SEGMENT_BYTES, isolated: bool = False) -> None:
+        """`isolated`: run the table work in a worker process (store/committer.py), as a gateway does."""
         self.root = store_path(root)
         self.max_sessions = max_sessions
         self._lock = threading.Lock()  # guards `_sessions`; never held across disk I/O
@@ -239,6 +245,7 @@ class StoreWriter:
         self._sessions: OrderedDict[str, _Session] = OrderedDict()  # least recently used first
         self._closed = False
         self._owner = self._open_store()
+        self._tables = Committer(isolated)
         self._log = CommitLog(self.root / LOG_DIR, secrets.token_hex(8), segment_bytes)
         self.writer = f"tracetap gateway {self._log.writer_id}"  # names its commits (`tracetap history`)
         self._wakers: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _LoopWaker] = weakref.WeakKeyDictionary()
@@ -274,29 +281,20 @@ class StoreWriter:
         """Commit what dead writers left (their logged calls; their sessions' rows, recounted), then drop
         their log segments and the live files the table now holds; returns the ids of every session the store
         holds."""
-        logged = log_rows(self.root)
-        live = read_live(self.root)
-        sids = sorted(set(logged.column("session_id").to_pylist()) | set(live.column("session_id").to_pylist()))
+        sids = self._tables.run(committer.recoverable_sessions, self.root)
         for start in range(0, len(sids), RECOVERY_BATCH):
-            batch = sids[start:start + RECOVERY_BATCH]
-            states = {sid: self._load(sid) for sid in batch}
-            self._commit(states, logged.filter(pc.field("session_id").isin(batch)))
+            self._commit({sid: self._load(sid) for sid in sids[start:start + RECOVERY_BATCH]})
         self._drop_covered()
-        remove_committed(self.root, read_delta(open_table(self.root, "sessions"), "sessions"))
-        committed = self._committed()
-        return set(read_sessions(self.root).column("session_id").to_pylist()) | set(sids) | committed.keys()
+        self._tables.run(committer.remove_dead_live_files, self.root)
+        return self._tables.run(committer.stored_sessions, self.root) | set(sids)
 
-    def _commit(self, states: dict[str, _Session], logged: pa.Table) -> None:
+    def _commit(self, states: dict[str, _Session]) -> None:
         """One commit of the sessions' logged calls, then one of their rows (as they are now)."""
         rows, versions = {}, {}
         for sid, state in states.items():
             with state.lock:
                 rows[sid], versions[sid] = state.snapshot(), state.version
-        covered = {}
-        if logged.num_rows:
-            covered = commit_logged(self.root, logged, self.writer, self._committed(list(states)))
-        replace(self.root, "sessions", rows_to_table("sessions", list(rows.values())),
-                sql_in("session_id", list(rows)), self.writer)
+        covered = self._tables.run(committer.commit_sessions, self.root, list(rows.values()), self.writer)
         for sid, state in states.items():
             with state.lock:
                 state.committed = max(state.committed, covered.get(sid, 0))
@@ -309,15 +307,9 @@ class StoreWriter:
             states = {sid: state for sid in sids if (state := self._sessions.get(sid)) is not None}
         if not states:
             return
-        self._commit(states, log_rows(self.root, session_ids=list(states)))
+        self._commit(states)
         self._drop_covered()
         self._flusher.submit(LIVE)
-
-    def _committed(self, session_ids: list[str] | None = None) -> dict[str, int]:
-        """Calls per session the completions table holds now (of `session_ids`, or all). The table is opened
-        for each look, not kept open: an open table holds every file's entry, which grows with the store
-        (a gateway's memory stays flat however many sessions it commits: tests/capture/test_gateway_soak.py)."""
-        return committed_seqs(open_table(self.root, "completions"), session_ids)
 
     def _drop_covered(self) -> None:
         """Delete every log segment no batch can go to again whose rows the completions table all holds.
@@ -326,12 +318,8 @@ class StoreWriter:
         if not self._closed and self._all_committed():
             self._log.retire_live()
         retired = [path for path in log_segments(self.root) if self._log.retired(path)]
-        if not retired:
-            return
-        covered = self._committed()
-        for path in retired:
-            if all(top < covered.get(sid, 0) for sid, top in segment_sessions(path).items()):
-                remove(path)
+        if retired:
+            self._tables.run(committer.drop_covered, self.root, retired)
 
     def _all_committed(self) -> bool:
         """Whether the table holds every call this writer logged (dropped sessions were committed)."""
@@ -353,6 +341,7 @@ class StoreWriter:
         for sid in sids:
             self._compactor.submit(sid)
         self._compactor.close()
+        self._tables.close()
         if not any(not state.settled() for state in self._sessions.values()):
             write_live(self.root, self._log.writer_id, [])
         self._closed = True
@@ -462,10 +451,9 @@ class StoreWriter:
     def _start_new(self, sid: str) -> bool:
         """Put a session the store surely lacks in memory, right here on the event loop: no worker thread
         and no wait behind other loads for a new session's first call (under a burst of new sessions
-        those waits were most of its latency). Surely lacks: a local store (this writer holds its lock)
-        that held no such session when this writer opened it (recovery counted every one). False leaves
-        it to `_state`, also when the cache is full (evicting is no work for the loop) or another load runs."""
-        if not self._local or sid in self._stored or not self._loading.acquire(blocking=False):
+        those waits were most of its latency). False leaves it to `_state`, also when the cache is full
+        (evicting is no work for the loop) or another load runs."""
+        if not self._surely_new(sid) or not self._loading.acquire(blocking=False):
             return False
         try:
             with self._lock:
@@ -477,6 +465,11 @@ class StoreWriter:
         finally:
             self._loading.release()
 
+    def _surely_new(self, sid: str) -> bool:
+        """Whether the store surely lacks the session: a local store (this writer holds its lock) that held
+        no such session when this writer opened it (recovery counted every one) nor since."""
+        return self._local and sid not in self._stored
+
     def has_session(self, sid: str) -> bool:
         """Whether the store knows the session: a recorded call (in the log or the table), a registration,
         or a call or refusal counted under it."""
@@ -486,7 +479,7 @@ class StoreWriter:
                 return True
         if self._local:
             return sid in self._stored
-        return bool(log_seqs(self.root, sid)) or read_sessions(self.root, [sid]).num_rows > 0
+        return self._tables.run(committer.known_session, self.root, sid)
 
     def note_unrecorded(self, sid: str, kind: str) -> None:
         """Count a call answered without a completion row (a probe, a model list, a token count, an
@@ -573,7 +566,7 @@ class StoreWriter:
             with self._loading:
                 state = self._cached(sid)
                 if state is None:
-                    state = self._add(sid, self._load(sid))
+                    state = self._add(sid, _Session(_new_row(sid), 0) if self._surely_new(sid) else self._load(sid))
         with self._lock:
             if self._sessions.get(sid) is state:
                 self._sessions.move_to_end(sid)
@@ -619,33 +612,19 @@ class StoreWriter:
             state.lock.release()
 
     def _load(self, sid: str) -> _Session:
-        """Session state from the store (the log read before the tables: store/reading.py); the row is
-        recounted when a crash left it behind its calls."""
-        logged = log_seqs(self.root, sid)
-        committed = self._committed([sid]).get(sid, 0)
-        rows = read_sessions(self.root, [sid]).to_pylist()
-        row = rows[0] if rows else _new_row(sid)
-        state = _Session(row, max([committed, *(seq + 1 for seq in logged)]), committed)
+        """Session state from the store; the row is recounted when a crash left it behind its calls."""
+        stored: StoredSession = self._tables.run(committer.load_session, self.root, sid)
+        row = dict(stored.row) if stored.row is not None else _new_row(sid)
+        state = _Session(row, stored.next_seq, stored.committed)
         state.version = state.committed_version = row.pop("revision", None) or 0
         state.failures = json.loads(row["upstream_failures_json"] or "{}")
         state.unrecorded = json.loads(row["unrecorded_json"] or "{}")
         state.refused = json.loads(row["refused_hosts_json"] or "{}")
-        if not rows:
+        if stored.row is None:
             state.committed_version = -1
-        if row["completions"] != state.next_seq:
-            self._recount(state)
+        if stored.calls is not None:
+            _recount(state, stored.calls)
         return state
-
-    def _recount(self, state: _Session) -> None:
-        sid = state.row["session_id"]
-        table = read_completions(self.root, [sid], _RECOUNT_COLUMNS)[sid]
-        status = state.row["status"]
-        state.row.update(completions=0, prompt_tokens=0, completion_tokens=0, started_at=None)
-        state.failures = {}
-        for completion in table.to_pylist():
-            _apply(state, completion)
-        state.row["status"] = status
-        state.version += 1
 
     def _save_live(self, keys: list[str]) -> None:
         """Rewrite the live file: the rows of the cached sessions changed since their last commit."""
