@@ -11,9 +11,9 @@ The compactor (a background thread) moves logged calls into the `completions` De
 a commit (store/compaction.py), with those sessions' rows into `sessions`: on close_session, compact_idle,
 eviction and the writer's close, so a store at rest holds each call once. Its table work runs in
 store/committer.py's worker process when the writer is `isolated` (the gateway's), in its own threads
-else. A log segment whose every row the table holds is deleted at once (readers read the log before the table: store/reading.py), the live one
-too once every session is committed. A session's row changes with each call; until its next commit the
-writer keeps it in its live file (store/live_sessions.py), rewritten by a background thread shortly after
+else. A log segment whose every row the table holds is deleted at once (readers read the log before the
+table: store/reading.py), the live one too once every session is committed. A session's row changes with
+each call; until its next commit the writer keeps it in its live file (store/live_sessions.py), rewritten by a background thread shortly after
 each change and synchronously by register_session, close_session, flush and close. A writer opening the
 store recovers what a dead one left: its logged rows are committed, torn tails dropped, and the rows of its
 sessions recounted and committed. Session state lives in memory after its first touch, so a write never
