@@ -7,21 +7,21 @@ calls); each cached session keeps the encoder's History (at most 1 MiB of chain 
 twice: in order and sorted, and the 4 latest bodies of each kind, 1 MiB of text per kind, with 25 B a chunk
 of where their chunks are and their keys; a session dropped from the cache starts a fresh one).
 
-The compactor (a background thread) moves logged calls into the `completions` Delta table, many sessions
-a commit (store/compaction.py), with those sessions' rows into `sessions`: on close_session, compact_idle,
+The compactor (a background thread) moves logged calls into the `completions` Delta table, many sessions a
+commit (store/compaction.py), with those sessions' rows into `sessions`: on close_session, compact_idle,
 eviction and the writer's close, so a store at rest holds each call once. Its table work runs in
-store/committer.py's worker process when the writer is `isolated` (the gateway's), in its own threads
-else. A log segment whose every row the table holds is deleted at once (readers read the log before the
-table: store/reading.py), the live one too once every session is committed. A session's row changes with
-each call; until its next commit the writer keeps it in its live file (store/live_sessions.py), rewritten by a background thread shortly after
-each change and synchronously by register_session, close_session, flush and close. A writer opening the
-store recovers what a dead one left: its logged rows are committed, torn tails dropped, and the rows of its
-sessions recounted and committed. Session state lives in memory after its first touch, so a write never
-re-reads the store. Writes to one session are serialized: a session has at most one line in flight (seqs
-hit the disk in order, which compaction relies on, and a failed write gives its seq back without a gap);
-different sessions write in parallel. The gateway records from its event loop (`record_completion_async`):
-the row is encoded there and the committer wakes the loop when it is durable, so no thread waits per call.
-One writer process per local store: a lock file enforces it.
+store/committer.py's worker process when the writer is `isolated` (the gateway's), in its own threads else. A
+log segment whose every row the table holds is deleted at once (readers read the log before the table:
+store/reading.py), the live one too once every session is committed. A session's row changes with each call;
+until its next commit the writer keeps it in its live file (store/live_sessions.py), rewritten by a background
+thread shortly after each change and synchronously by register_session, close_session, flush and close. A
+writer opening the store recovers what a dead one left: its logged rows are committed, torn tails dropped, and
+the rows of its sessions recounted and committed. Session state lives in memory after its first touch, so a
+write never re-reads the store. Writes to one session are serialized: a session has at most one line in flight
+(seqs hit the disk in order, which compaction relies on, and a failed write gives its seq back without a gap);
+different sessions write in parallel. The gateway records from its event loop (`record_completion_async`): the
+row is encoded there and the committer wakes the loop when it is durable, so no thread waits per call. One
+writer process per local store: a lock file enforces it.
 
 On an object store (`s3://bucket/prefix`, store/location.py) the log is one object per batch
 (store/commit_log.py) and the tables commit by conditional PUT, so gateways on several machines can share
