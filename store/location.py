@@ -34,6 +34,7 @@ if TYPE_CHECKING:
 
 URL = re.compile(r"^([a-z][a-z0-9+.-]*)://(.*)$")
 FileWriter = Callable[[IO[bytes]], object]  # writes a file's bytes to the handle it is given
+CONDITIONAL_PUT = ("s3", "s3a")  # protocols whose PUT takes `If-None-Match: *` (create only)
 KEY_PART = re.compile(r"^[A-Za-z0-9_.=-]+$")  # one `/`-separated part of a key: no spaces, quotes or `..`
 
 
@@ -268,13 +269,11 @@ def write_atomic_many(files: Sequence[tuple[StorePath, FileWriter]]) -> None:
 
 def write_new(path: StorePath, data: bytes) -> bool:
     """Write a whole, durable file only where none is: False (and nothing written) when one exists. On the
-    local disk the staged file is hard-linked into place, which fails if the name is taken; an object store
-    without conditional writes is checked first (two writers racing there can both succeed)."""
+    local disk the staged file is hard-linked into place, which fails if the name is taken; on S3 the PUT is
+    conditional (`If-None-Match: *`), which the store refuses if the key is taken; another object store is
+    checked first (two writers racing there can both succeed)."""
     if isinstance(path, ObjectPath):
-        if path.fs.exists(path.key):
-            return False
-        path.fs.pipe_file(path.key, data)
-        return True
+        return _put_new(path, data)
     ensure_dir(path.parent)
     staged = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
     try:
@@ -287,6 +286,19 @@ def write_new(path: StorePath, data: bytes) -> bool:
         staged.unlink(missing_ok=True)
     fsync_dir(path.parent)
     return True
+
+
+def _put_new(path: ObjectPath, data: bytes) -> bool:
+    try:
+        if path.protocol in CONDITIONAL_PUT:
+            path.fs.pipe_file(path.key, data, IfNoneMatch="*")
+            return True
+        if path.fs.exists(path.key):
+            return False
+        path.fs.pipe_file(path.key, data)
+        return True
+    except FileExistsError:  # s3fs's word for HTTP 412: the key was taken first
+        return False
 
 
 def _write_local(files: list[tuple[Path, FileWriter]]) -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import fsspec
@@ -15,7 +16,7 @@ import openai
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from tracetap.store import StoreReader, connect, store_path
+from tracetap.store import Grant, StoreReader, connect, save_grant, store_path
 
 pytestmark = pytest.mark.objstore
 
@@ -178,3 +179,13 @@ def test_a_call_the_bucket_refuses_fails_in_the_callers_shape(bucket, tmp_path):
         s3().mkdir(bucket)
         agent(gw, "again")  # the gateway goes on once the bucket is back
     assert [(sid, seq) for sid, seq, *_ in rows(url)] == [("again", 0), ("again", 1)]
+
+
+def test_racing_registrations_of_a_session_have_one_winner(bucket):
+    """A session's first registration wins also when gateways on several machines register it at once:
+    the grant is created by a conditional PUT (`If-None-Match: *`), and every racer gets the winner's."""
+    root = f"s3://{bucket}/store"
+    grants = [Grant("sess-1", f"{n:064x}", f"{n + 100:064x}", task_id=f"task-{n}") for n in range(8)]
+    with ThreadPoolExecutor(8) as pool:
+        stored = list(pool.map(lambda grant: save_grant(root, grant), grants))
+    assert stored[0] in grants and all(grant == stored[0] for grant in stored)
