@@ -13,12 +13,15 @@ Every commit names its writer in its metadata (`tracetap.writer`), which `tracet
 
 from __future__ import annotations
 
+import functools
 import json
+import operator
 import os
 import random
 import time
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING
+from urllib.parse import unquote, urlparse
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -30,6 +33,7 @@ from tracetap.store.schema import SCHEMA_VERSION, STORED_TABLES
 
 if TYPE_CHECKING:
     import pyarrow.dataset
+    import pyarrow.fs
     from deltalake import DeltaTable, WriterProperties
 
 # partition columns: completions keep the per-session layout readers prune by, and a rebuild of traces drops a
@@ -220,7 +224,37 @@ def dataset(delta: DeltaTable, table: str, session_ids: list[str] | None = None)
     `session_ids` when given (making a dataset costs ~0.8 ms a file: 1.6 s over 2,000 sessions' traces)."""
     if not session_ids or "session_id" not in DELTA_TABLES[table]:  # none: the caller filters rows
         return delta.to_pyarrow_dataset()
-    return delta.to_pyarrow_dataset(file_pruning_predicate=[("session_id", "in", session_ids)])
+    return _partition_files(delta, table, session_ids)
+
+
+def _partition_files(delta: DeltaTable, table: str, session_ids: list[str]) -> pyarrow.dataset.Dataset:
+    """The files of `session_ids`' partitions, picked from the version's add actions, each with its partition
+    values as its partition expression (the scan fills the partition columns from them): one session's rows
+    in ~4 ms where deltalake's pruned dataset took ~13 ms, in a table of 3,000 files."""
+    import pyarrow.dataset as ds
+
+    actions = pa.table(delta.get_add_actions(flatten=True))
+    actions = actions.filter(pc.is_in(actions.column("partition.session_id"), pa.array(session_ids, pa.string())))
+    filesystem, base = _filesystem(delta.table_uri)
+    paths = [f"{base}/{unquote(path)}" for path in actions.column("path").to_pylist()]
+    names = DELTA_TABLES[table]
+    values = zip(*(actions.column(f"partition.{name}").to_pylist() for name in names), strict=True)
+    expressions = [functools.reduce(operator.and_, (pc.field(n) == v for n, v in zip(names, row, strict=True)))
+                   for row in values]
+    return ds.FileSystemDataset.from_paths(paths, schema=storage_schema(table), format=ds.ParquetFileFormat(),
+                                           filesystem=filesystem, partitions=expressions)
+
+
+def _filesystem(table_uri: str) -> tuple[pyarrow.fs.FileSystem, str]:
+    """An Arrow filesystem for a table's files, and the table's path in it (fsspec's for an object store:
+    its credentials come from the environment, as deltalake's do)."""
+    import pyarrow.fs
+
+    if table_uri.startswith("file://"):
+        return pyarrow.fs.LocalFileSystem(), unquote(urlparse(table_uri).path).rstrip("/")
+    location = store_path(table_uri.rstrip("/"))
+    assert isinstance(location, ObjectPath)
+    return pyarrow.fs.PyFileSystem(pyarrow.fs.FSSpecHandler(location.fs)), location.key
 
 
 def committed_seqs(delta: DeltaTable | None, session_ids: Iterable[str] | None = None) -> dict[str, int]:

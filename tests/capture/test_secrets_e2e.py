@@ -5,6 +5,7 @@ then every stored byte is searched for it: each file's raw bytes and each Parque
 
 from __future__ import annotations
 
+import contextlib
 import json
 import uuid
 from pathlib import Path
@@ -95,7 +96,16 @@ def anthropic_call(gw) -> None:
 
 
 def stored_text(store: Path) -> str:
-    """Every stored byte as text: raw file bytes, and each Parquet file's columns decompressed."""
+    """Every stored byte as text, from a listing whose every file could be read: a file can go between
+    listing and reading (the writer's temp file for its live session rows is renamed into place)."""
+    for _ in range(50):
+        with contextlib.suppress(FileNotFoundError):
+            return _read_all(store)
+    raise AssertionError(f"no listing of {store} could be read whole")
+
+
+def _read_all(store: Path) -> str:
+    """Raw file bytes, and each Parquet file's columns decompressed."""
     parts = []
     for path in sorted(p for p in store.rglob("*") if p.is_file()):
         data = path.read_bytes()  # read once: the gateway may replace a session's row meanwhile
