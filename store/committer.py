@@ -22,14 +22,17 @@ from contextlib import suppress
 from dataclasses import dataclass
 from typing import IO, Any, TypeVar
 
+from tracetap.store import owners
 from tracetap.store.compaction import commit_logged
-from tracetap.store.delta import committed_seqs, open_table, replace, sql_in
+from tracetap.store.delta import committed_seqs, has_session_files, open_table, replace, sql_in
 from tracetap.store.delta import read as read_delta
-from tracetap.store.files import StoreError
-from tracetap.store.live_sessions import read_live, remove_committed
+from tracetap.store.files import StoreError, read_parquet
+from tracetap.store.live_sessions import remove_committed
 from tracetap.store.location import StorePath, remove
-from tracetap.store.log_reading import log_rows, log_seqs, logged_sessions, segment_sessions
+from tracetap.store.log_reading import log_rows, log_seqs, segment_sessions
+from tracetap.store.paths import live_files, live_writer, log_segments, segment_writer
 from tracetap.store.reading import read_completions, read_sessions
+from tracetap.store.schema import SESSIONS
 from tracetap.store.tables import rows_to_table
 
 T = TypeVar("T")
@@ -79,25 +82,34 @@ def drop_covered(root: StorePath, segments: list[StorePath]) -> None:
             remove(path)
 
 
-def recoverable_sessions(root: StorePath) -> list[str]:
-    """Sessions a dead writer may have left something of: logged calls, or a row in a live file."""
-    return sorted(logged_sessions(root) | set(read_live(root).column("session_id").to_pylist()))
+def dead_writers(root: StorePath, me: str, dead_after: float) -> list[str]:
+    """The writers other than `me` that left a log segment, a live file or a heartbeat and beat no more."""
+    found = {segment_writer(path) for path in log_segments(root)} | {live_writer(path) for path in live_files(root)}
+    found |= set(owners.heartbeat_writers(root))
+    return sorted(writer for writer in found - {None, me} if writer and not owners.alive(root, writer, dead_after))
 
 
-def remove_dead_live_files(root: StorePath) -> None:
-    """Remove the live files of dead writers whose rows the sessions table holds (live_sessions.remove_committed)."""
+def writer_sessions(root: StorePath, writer: str) -> list[str]:
+    """The sessions a writer logged calls of or kept a live row of."""
+    logged = {sid for path in log_segments(root) if segment_writer(path) == writer for sid in segment_sessions(path)}
+    live = [path for path in live_files(root) if live_writer(path) == writer]
+    rows = read_parquet(live, SESSIONS, ["session_id"]) if live else None
+    return sorted(logged | set(rows.column("session_id").to_pylist() if rows is not None else []))
+
+
+def retire_writer(root: StorePath, writer: str) -> None:
+    """Remove a taken-over writer's log segments the table holds, its live file (once the sessions table holds
+    its rows) and its heartbeat."""
+    drop_covered(root, [path for path in log_segments(root) if segment_writer(path) == writer])
     remove_committed(root, read_delta(open_table(root, "sessions"), "sessions"))
-
-
-def stored_sessions(root: StorePath) -> set[str]:
-    """Every session the tables or the live files hold (not the log's: recovery commits those first)."""
-    committed = committed_seqs(open_table(root, "completions"))
-    return set(read_sessions(root).column("session_id").to_pylist()) | committed.keys()
+    owners.stop_beating(root, writer)
 
 
 def known_session(root: StorePath, sid: str) -> bool:
     """Whether the store holds anything of the session: a logged or committed call, or a row."""
-    return bool(log_seqs(root, sid)) or read_sessions(root, [sid]).num_rows > 0
+    if log_seqs(root, sid) or has_session_files(root, "completions", sid):
+        return True
+    return read_sessions(root, [sid]).num_rows > 0
 
 
 class Committer:

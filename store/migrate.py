@@ -4,26 +4,25 @@ Version 1 stored every call whole; version 2 stores the compact form (store/comp
 keeps every table as a Delta table. Each table is switched on its own, atomically
 (store/migrate_tables.py), its completions put in the compact form on the way. VERSION is written last,
 so an interrupted migration is finished by running it again; until then readers and writers refuse the
-store (store/files.py `check_store`). The store's writer lock is held throughout: no gateway records
-while a store is migrated.
+store (store/files.py `check_store`), so no gateway records while a store is migrated; one recording
+when the migration starts (a fresh heartbeat: store/owners.py) makes it refuse.
 """
 
 from __future__ import annotations
 
-import fcntl
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager, nullcontext
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tracetap.store import migrate_tables
+from tracetap.store import migrate_tables, owners
 from tracetap.store.delta import DELTA_TABLES
 from tracetap.store.files import StoreError, check_store, read_version, write_text_atomic
 from tracetap.store.location import StorePath
 from tracetap.store.paths import VERSION_FILE
+from tracetap.store.reading import read_sessions
 from tracetap.store.schema import SCHEMA_VERSION
 
-WRITER_LOCK = ".writer.lock"  # the lock file StoreWriter holds
+MIGRATION = "migration"  # the writer named in the ownership chains a migration starts
 Progress = Callable[[str, int], None]  # (what was rewritten: "table <name>", its rows)
 
 
@@ -39,14 +38,17 @@ class Migration:
         self.tables[table], self.table_files[table] = rows, files
 
 
-@contextmanager
-def _exclusive(root: Path) -> Iterator[None]:
-    with open(root / WRITER_LOCK, "a") as owner:
-        try:
-            fcntl.flock(owner, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise StoreError(f"store {root} is open in a StoreWriter (a gateway?): stop it to migrate") from None
-        yield
+def _check_no_writer(root: Path) -> None:
+    """Refuse a store a live writer records to (store/owners.py: its heartbeat is fresh)."""
+    if any(owners.alive(root, writer) for writer in owners.heartbeat_writers(root)):
+        raise StoreError(f"store {root} is open in a StoreWriter (a gateway?): stop it to migrate")
+
+
+def _adopt_sessions(root: Path) -> None:
+    """Give every session of the migrated store an ownership chain (a release), so a writer loads it instead
+    of starting it anew (store/owners.py: a session without a chain is new to the store)."""
+    for sid in read_sessions(root).column("session_id").to_pylist():
+        owners.adopt(root, sid, MIGRATION)
 
 
 def migrate_store(root: StorePath | str, dry_run: bool = False, progress: Progress | None = None) -> Migration:
@@ -57,11 +59,13 @@ def migrate_store(root: StorePath | str, dry_run: bool = False, progress: Progre
     if not isinstance(root, Path):
         raise StoreError(f"migrate rewrites a store on the local disk, not {root}")
     report = Migration(read_version(root) or SCHEMA_VERSION)
-    with nullcontext() if dry_run else _exclusive(root):
-        tables = {table: migrate_tables.pending(root, table) for table in DELTA_TABLES}  # may refuse: before any write
-        _migrate_tables(root, tables, report, dry_run, progress or _quiet)
-        if not dry_run and report.from_version < SCHEMA_VERSION:
-            write_text_atomic(root / VERSION_FILE, f"{SCHEMA_VERSION}\n")
+    if not dry_run:
+        _check_no_writer(root)
+    tables = {table: migrate_tables.pending(root, table) for table in DELTA_TABLES}  # may refuse: before any write
+    _migrate_tables(root, tables, report, dry_run, progress or _quiet)
+    if not dry_run and report.from_version < SCHEMA_VERSION:
+        _adopt_sessions(root)
+        write_text_atomic(root / VERSION_FILE, f"{SCHEMA_VERSION}\n")
     return report
 
 

@@ -89,6 +89,18 @@ def log_segments(root: StorePath | str) -> list[StorePath]:
     return [directory / name for name in _listed(directory) if SEGMENT_NAME.match(name)]
 
 
+def segment_writer(path: StorePath | str) -> str | None:
+    """The id of the writer a log segment belongs to (None for another file)."""
+    match = SEGMENT_NAME.fullmatch(str(path).rpartition("/")[2])
+    return match.group(1) if match else None
+
+
+def live_writer(path: StorePath | str) -> str | None:
+    """The id of the writer a live file belongs to (None for another file)."""
+    match = LIVE_NAME.fullmatch(str(path).rpartition("/")[2])
+    return match.group(1) if match else None
+
+
 def live_file(root: StorePath, writer_id: str) -> StorePath:
     """A writer's live session rows (store/live_sessions.py): `log/<writer-id>.sessions.parquet`."""
     segment_name(writer_id, 0)  # checks the id

@@ -38,9 +38,9 @@ compactor first (a later call to such a session loads it again from the store, e
 from __future__ import annotations
 
 import asyncio
-import fcntl
 import functools
 import json
+import logging
 import secrets
 import threading
 import time
@@ -51,18 +51,19 @@ from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from itertools import islice
-from typing import IO
 
-from tracetap.store import committer
+from tracetap.store import committer, owners
+from tracetap.store.background import BackgroundThread
 from tracetap.store.commit_log import SEGMENT_BYTES, CommitLog
 from tracetap.store.committer import Committer, StoredSession
 from tracetap.store.compact_form import History, encode_row
-from tracetap.store.delta import check_supported
+from tracetap.store.compaction import compact_sessions
+from tracetap.store.delta import check_supported, has_session_files
 from tracetap.store.files import StoreError, outdated, read_version, write_text_atomic
 from tracetap.store.flusher import Flusher
 from tracetap.store.live_sessions import write_live
 from tracetap.store.location import ObjectPath, StorePath, ensure_dir, store_path
-from tracetap.store.paths import LOG_DIR, VERSION_FILE, log_segments, validate_name, validate_session_id
+from tracetap.store.paths import LOG_DIR, VERSION_FILE, log_segments, segment_writer, validate_name, validate_session_id
 from tracetap.store.schema import (
     COMPLETION_STATUSES,
     COMPLETIONS,
@@ -74,6 +75,7 @@ from tracetap.store.schema import (
     empty_row,
 )
 
+log = logging.getLogger(__name__)
 FAILED = ("upstream_error", "timeout", "aborted", "disconnected")
 SESSION_SAVE_DELAY = 0.5  # seconds calls wait to share one rewrite of the live session rows (derived data,
 # recounted on open; at 0.05 s a busy gateway rewrote ~1 row per call, ~0.7 ms CPU each)
@@ -200,6 +202,26 @@ def _checked(row: dict) -> tuple[str, str]:
     return sid, completion_id
 
 
+class _Heartbeat(BackgroundThread):
+    """Runs `beat` every HEARTBEAT_SECONDS until closed; a failed beat is logged and the next one retries."""
+
+    def __init__(self, beat: Callable[[], None]) -> None:
+        super().__init__("tracetap-heartbeat")
+        self._beat = beat
+        with self._cond:
+            self._start()
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                if self._cond.wait_for(lambda: self._closed, timeout=owners.HEARTBEAT_SECONDS):
+                    return
+            try:
+                self._beat()
+            except Exception:
+                log.exception("heartbeat failed")
+
+
 class _LoopWaker:
     """Settles one event loop's futures from the committer thread, waking the loop once per batch: each
     wake-up is a write to the loop's self-pipe and a GIL hand-off, which one per row made a measurable cost.
@@ -236,30 +258,35 @@ class StoreWriter:
     store URL: see store/location.py and store/commit_log.py for what changes there)."""
 
     def __init__(self, root: StorePath | str, max_sessions: int = MAX_SESSIONS,
-                 segment_bytes: int = SEGMENT_BYTES, isolated: bool = False) -> None:
-        """`isolated`: run the table work in a worker process (store/committer.py), as a gateway does."""
+                 segment_bytes: int = SEGMENT_BYTES, isolated: bool = False,
+                 dead_after: float = owners.DEAD_AFTER) -> None:
+        """`isolated`: run the table work in a worker process (store/committer.py), as a gateway does.
+        `dead_after`: seconds without a heartbeat after which another writer counts as dead (store/owners.py)."""
         self.root = store_path(root)
         self.max_sessions = max_sessions
         self._lock = threading.Lock()  # guards `_sessions`; never held across disk I/O
         self._loading = threading.Lock()  # one session load at a time, so none is loaded twice
         self._sessions: OrderedDict[str, _Session] = OrderedDict()  # least recently used first
         self._closed = False
-        self._owner = self._open_store()
+        self._prepare_store()
         self._tables = Committer(isolated)
         self._log = CommitLog(self.root / LOG_DIR, secrets.token_hex(8), segment_bytes)
+        self.writer_id, self.dead_after = self._log.writer_id, dead_after
+        owners.beat(self.root, self.writer_id)  # before its first claim or log line
         self.writer = f"tracetap gateway {self._log.writer_id}"  # names its commits (`tracetap history`)
         self._wakers: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _LoopWaker] = weakref.WeakKeyDictionary()
         self._flusher: Flusher[str] = Flusher(self._save_live, delay=SESSION_SAVE_DELAY)
         self._compactor: Flusher[str] = Flusher(self._compact, name="tracetap-compactor")
-        self._local = not isinstance(self.root, ObjectPath)  # one writer: no other process adds sessions
-        self._stored = self._recover()  # sessions the store holds (local stores: what _start_new skips)
+        self._local = not isinstance(self.root, ObjectPath)
+        self._take_over_dead()
+        self._heartbeat = _Heartbeat(self._beat)
 
     @property
     def cached_sessions(self) -> int:
         """How many session states are in memory now."""
         return len(self._sessions)
 
-    def _open_store(self) -> IO[str] | None:
+    def _prepare_store(self) -> None:
         check_supported(self.root)  # before a call is taken that could never be committed
         ensure_dir(self.root)
         version = read_version(self.root)
@@ -267,26 +294,33 @@ class StoreWriter:
             write_text_atomic(self.root / VERSION_FILE, f"{SCHEMA_VERSION}\n")
         elif version < SCHEMA_VERSION:
             raise outdated(self.root, version)
-        if isinstance(self.root, ObjectPath):
-            return None  # gateways on several machines share an object store, each with its own log
-        owner = open(self.root / ".writer.lock", "a")
-        try:
-            fcntl.flock(owner, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            owner.close()
-            raise StoreError(f"store {self.root} is already open in another StoreWriter") from None
-        return owner
 
-    def _recover(self) -> set[str]:
-        """Commit what dead writers left (their logged calls; their sessions' rows, recounted), then drop
-        their log segments and the live files the table now holds; returns the ids of every session the store
-        holds."""
-        sids = self._tables.run(committer.recoverable_sessions, self.root)
+    def _beat(self) -> None:
+        """The heartbeat's work: say this writer is alive, then take over any writer that is not."""
+        owners.beat(self.root, self.writer_id)
+        self._take_over_dead()
+
+    def _take_over_dead(self) -> None:
+        """Commit and end what dead writers left (store/owners.py says who is dead)."""
+        for dead in self._tables.run(committer.dead_writers, self.root, self.writer_id, self.dead_after):
+            self._take_over(dead)
+
+    def _take_over(self, dead: str) -> None:
+        """Commit a dead writer's logged calls; the sessions it still owned are claimed, their rows recounted
+        and closed, committed and released; then its log, live file and heartbeat go."""
+        sids = self._tables.run(committer.writer_sessions, self.root, dead)
         for start in range(0, len(sids), RECOVERY_BATCH):
-            self._commit({sid: self._load(sid) for sid in sids[start:start + RECOVERY_BATCH]})
-        self._drop_covered()
-        self._tables.run(committer.remove_dead_live_files, self.root)
-        return self._tables.run(committer.stored_sessions, self.root) | set(sids)
+            batch = sids[start:start + RECOVERY_BATCH]
+            owned = [sid for sid in batch if owners.take(self.root, sid, dead, self.writer_id)]
+            states = {sid: self._load(sid) for sid in owned}
+            for state in states.values():
+                state.row.update(status="closed", ended_at=state.row["ended_at"] or datetime.now(UTC))
+                state.version += 1
+            self._commit(states)
+            self._tables.run(compact_sessions, self.root, sorted(set(batch) - set(owned)), self.writer)
+            for sid in owned:
+                owners.release(self.root, sid, self.writer_id)
+        self._tables.run(committer.retire_writer, self.root, dead)
 
     def _commit(self, states: dict[str, _Session]) -> None:
         """One commit of the sessions' logged calls, then one of their rows (as they are now)."""
@@ -317,7 +351,8 @@ class StoreWriter:
         table, and it would otherwise stay until it filled up."""
         if not self._closed and self._all_committed():
             self._log.retire_live()
-        retired = [path for path in log_segments(self.root) if self._log.retired(path)]
+        retired = [path for path in log_segments(self.root)
+                   if segment_writer(path) == self.writer_id and self._log.retired(path)]
         if retired:
             self._tables.run(committer.drop_covered, self.root, retired)
 
@@ -332,8 +367,10 @@ class StoreWriter:
         self._flusher.flush()
 
     def close(self) -> None:
-        """Commit every session's calls and row, and release the store (sessions stay open, nothing is
-        lost): a store at rest holds each call once, in the table, and no live rows."""
+        """Commit every session's calls and row and release them (they stay open, nothing is lost): a store
+        at rest holds each call once, in the table, and no live rows. What could not be committed keeps its
+        claim and this writer's heartbeat, which goes stale: another writer takes it over."""
+        self._heartbeat.close()
         self._flusher.close()
         self._log.close()
         with self._lock:
@@ -342,11 +379,13 @@ class StoreWriter:
             self._compactor.submit(sid)
         self._compactor.close()
         self._tables.close()
-        if not any(not state.settled() for state in self._sessions.values()):
-            write_live(self.root, self._log.writer_id, [])
+        settled = [state for state in self._sessions.values() if state.settled()]
+        for state in settled:
+            owners.release(self.root, state.row["session_id"], self.writer_id)
+        if len(settled) == len(self._sessions):
+            write_live(self.root, self.writer_id, [])
+            owners.stop_beating(self.root, self.writer_id)
         self._closed = True
-        if self._owner is not None:
-            self._owner.close()
 
     def __enter__(self) -> StoreWriter:
         return self
@@ -375,8 +414,7 @@ class StoreWriter:
         sid, completion_id = _checked(row)
         state, in_memory = self._ready(sid)
         if not in_memory:
-            if not self._start_new(sid):
-                await asyncio.to_thread(self._state, sid)  # loads it (the disk may be an object store)
+            await asyncio.to_thread(self._state, sid)  # claims it, loads it when the store has it
             state, in_memory = self._ready(sid)
         if state is None:
             return await asyncio.to_thread(self.record_completion, row)
@@ -448,28 +486,6 @@ class StoreWriter:
             return None, True
         return state, True
 
-    def _start_new(self, sid: str) -> bool:
-        """Put a session the store surely lacks in memory, right here on the event loop: no worker thread
-        and no wait behind other loads for a new session's first call (under a burst of new sessions
-        those waits were most of its latency). False leaves it to `_state`, also when the cache is full
-        (evicting is no work for the loop) or another load runs."""
-        if not self._surely_new(sid) or not self._loading.acquire(blocking=False):
-            return False
-        try:
-            with self._lock:
-                room = not self._closed and sid not in self._sessions and len(self._sessions) < self.max_sessions
-            if not room:
-                return False
-            self._add(sid, _Session(_new_row(sid), 0))
-            return True
-        finally:
-            self._loading.release()
-
-    def _surely_new(self, sid: str) -> bool:
-        """Whether the store surely lacks the session: a local store (this writer holds its lock) that held
-        no such session when this writer opened it (recovery counted every one) nor since."""
-        return self._local and sid not in self._stored
-
     def has_session(self, sid: str) -> bool:
         """Whether the store knows the session: a recorded call (in the log or the table), a registration,
         or a call or refusal counted under it."""
@@ -477,9 +493,8 @@ class StoreWriter:
         with self._lock:
             if sid in self._sessions:
                 return True
-        if self._local:
-            return sid in self._stored
-        return self._tables.run(committer.known_session, self.root, sid)
+        claimed = owners.last_entry(self.root, sid) is not None  # every session a writer touched has a claim
+        return claimed or self._tables.run(committer.known_session, self.root, sid)
 
     def note_unrecorded(self, sid: str, kind: str) -> None:
         """Count a call answered without a completion row (a probe, a model list, a token count, an
@@ -530,6 +545,7 @@ class StoreWriter:
             if not state.settled():
                 raise StoreError(f"could not commit session {sid} to {self.root} (see the log); its calls are safe "
                                  "in the log and are committed by a later compaction")
+            self._drop(state)
         return snapshot
 
     def compact_idle(self, idle_seconds: float) -> list[str]:
@@ -566,7 +582,7 @@ class StoreWriter:
             with self._loading:
                 state = self._cached(sid)
                 if state is None:
-                    state = self._add(sid, _Session(_new_row(sid), 0) if self._surely_new(sid) else self._load(sid))
+                    state = self._add(sid, _Session(_new_row(sid), 0) if self._claim(sid) else self._load(sid))
         with self._lock:
             if self._sessions.get(sid) is state:
                 self._sessions.move_to_end(sid)
@@ -575,6 +591,13 @@ class StoreWriter:
         for old in oldest:
             self._evict(old)
         return state
+
+    def _claim(self, sid: str) -> bool:
+        """Claim the session for this writer (SessionOwned when a live one owns it); True when it is new to the
+        store: no writer ever claimed it, and no completions file of it exists (a store migrated from one
+        without claims, say), so there is nothing to load."""
+        new = owners.claim(self.root, sid, self.writer_id, self.dead_after)
+        return new and not has_session_files(self.root, "completions", sid)
 
     def _cached(self, sid: str) -> _Session | None:
         with self._lock:
@@ -589,7 +612,6 @@ class StoreWriter:
             if self._closed:
                 raise StoreError(f"the writer of {self.root} is closed")
             self._sessions[sid] = state
-            self._stored.add(sid)
         if state.version > state.committed_version:  # recounted: the stored row was stale
             self._flusher.submit(LIVE)
         return state
@@ -604,12 +626,19 @@ class StoreWriter:
             if not state.settled():
                 self._compactor.submit(sid)
                 return
-            with self._lock:
-                if self._sessions.get(sid) is state:
-                    del self._sessions[sid]
-            state.evicted = True
+            self._drop(state)
         finally:
             state.lock.release()
+
+    def _drop(self, state: _Session) -> None:
+        """Forget a settled session (its lock held) and end this writer's claim on it: marked evicted first,
+        so whoever holds the state fetches it again, which claims it again (store/owners.py)."""
+        sid = state.row["session_id"]
+        state.evicted = True
+        owners.release(self.root, sid, self.writer_id)
+        with self._lock:
+            if self._sessions.get(sid) is state:
+                del self._sessions[sid]
 
     def _load(self, sid: str) -> _Session:
         """Session state from the store; the row is recounted when a crash left it behind its calls."""

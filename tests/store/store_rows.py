@@ -3,6 +3,7 @@ crashed writer (only in the log) left them, and what the completions Delta table
 
 from __future__ import annotations
 
+import json
 import pickle
 import subprocess
 import sys
@@ -31,7 +32,7 @@ writer = StoreWriter(sys.argv[1])
 stored = [writer.record_completion(row) for row in pickle.load(sys.stdin.buffer)]
 if sys.argv[2:] == ["flush"]:
     writer.flush()  # its live session rows written
-sys.stdout.buffer.write(pickle.dumps(stored))
+sys.stdout.buffer.write(pickle.dumps((writer.writer_id, stored)))
 sys.stdout.flush()
 os._exit(0)  # no close, as after kill -9
 """
@@ -40,12 +41,20 @@ os._exit(0)  # no close, as after kill -9
 def abandoned_writer_store(root: Path, rows: list[dict], flush: bool = False) -> list[dict]:
     """Record `rows` with a writer in a subprocess that then dies without closing (a close would commit
     them): they are left only in the group-commit log, as a crashed gateway leaves them (`flush`: with its
-    live session rows written, else most likely without). Returns the rows as stored."""
+    live session rows written, else most likely without), and its heartbeat stale. Returns the rows as stored."""
     done = subprocess.run([sys.executable, "-c", CRASHING_WRITER, str(root), *(["flush"] if flush else [])],
                           input=pickle.dumps(rows),
                           capture_output=True, timeout=60)
     assert done.returncode == 0, done.stderr.decode()
-    return pickle.loads(done.stdout)
+    writer_id, stored = pickle.loads(done.stdout)
+    stop_heart(root, writer_id)
+    return stored
+
+
+def stop_heart(root: Path, writer_id: str) -> None:
+    """Make a writer's last heartbeat an hour old: it is dead, as if a minute had passed since it died."""
+    beat = root / "writers" / f"{writer_id}.json"
+    beat.write_text(json.dumps({"writer": writer_id, "at": time.time() - 3600}))
 
 
 def table_calls(root: Path) -> dict[str, list[int]]:

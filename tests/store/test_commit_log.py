@@ -20,6 +20,7 @@ from tracetap.store.commit_log import encode_line
 from tracetap.store.compaction import commit_logged
 from tracetap.store.delta import committed_seqs, open_table, storage_schema
 from tracetap.store.log_reading import log_rows
+from tracetap.store.owners import claim
 from tracetap.store.paths import live_files, log_segments
 from tracetap.store.reading import read_completions
 
@@ -254,6 +255,7 @@ def test_a_session_only_in_the_log_past_a_gap_goes_on_after_it_from_the_event_lo
     StoreWriter(root).close()
     (root / "log").mkdir()
     (root / "log" / "0dead-000000.jsonl").write_bytes(logged_line(1) + logged_line(2))
+    claim(root, "s1", "0dead")  # its writer claimed it first, and died without a heartbeat
     with StoreWriter(root) as writer:
         assert asyncio.run(writer.record_completion_async(completion(), alone=True))["seq"] == 3
     assert connect(root).execute("SELECT seq FROM completions ORDER BY seq").fetchall() == [(1,), (2,), (3,)]

@@ -18,6 +18,7 @@ from tracetap.store.delta import committed_seqs, open_table, replace, sql_in
 from tracetap.store.files import StoreError
 from tracetap.store.live_sessions import write_live
 from tracetap.store.log_reading import log_rows
+from tracetap.store.owners import SessionOwned
 from tracetap.store.paths import live_files, log_segments
 from tracetap.store.reading import read_completions, read_sessions
 from tracetap.store.schema import COMPLETIONS, MAX_REFUSED_HOSTS, OTHER_HOSTS, SCHEMA_VERSION
@@ -61,9 +62,15 @@ def test_newer_store_is_refused(root):
         StoreWriter(root)
 
 
-def test_second_writer_on_one_store_is_refused(writer, root):
-    with pytest.raises(StoreError, match="already open"):
-        StoreWriter(root)
+def test_two_writers_share_a_store_one_owner_per_session(writer, root):
+    writer.record_completion(completion(session_id="mine"))
+    with StoreWriter(root) as other:
+        with pytest.raises(SessionOwned, match=writer.writer_id):
+            other.record_completion(completion(session_id="mine"))
+        assert other.record_completion(completion(session_id="theirs"))["seq"] == 0
+        writer.close_session("mine")  # released: the other writer continues it after its calls
+        assert other.record_completion(completion(session_id="mine"))["seq"] == 1
+    assert [row["seq"] for row in StoreReader(root).completions("mine").to_pylist()] == [0, 1]
 
 
 def test_record_fills_ids_and_logs_one_whole_line(writer, root):
@@ -268,10 +275,11 @@ def test_a_killed_writers_live_rows_are_committed_by_the_next_writer(root):
     [live] = live_files(root)
     shown = session_row(root)  # readers see the row in the killed writer's live file
     assert (shown["completions"], shown["prompt_tokens"], shown["task_id"]) == (2, 10, "t")
-    with StoreWriter(root):
-        assert committed_row(root) == shown  # committed as it was: no recount needed
+    with StoreWriter(root):  # takes the dead writer over: its sessions end
+        ended = {**shown, "status": "closed", "revision": shown["revision"] + 1}
+        assert committed_row(root) == ended  # as it was (no recount needed), and closed
         assert not live.exists() and log_names(root) == []
-    assert session_row(root) == shown
+    assert session_row(root) == ended
 
 
 def test_compact_idle_only_touches_idle_sessions_with_uncommitted_calls(writer, root):
