@@ -50,7 +50,7 @@ from tracetap.capture.sessions import (
 )
 from tracetap.capture.streaming import Collected, Ending, LiveStream, StreamReply
 from tracetap.capture.upstream import NO_CHOICES, Upstream, UpstreamError, UpstreamResult
-from tracetap.store import StoreWriter
+from tracetap.store import SessionOwned, StoreWriter
 
 logger = logging.getLogger("tracetap.gateway")
 T = TypeVar("T")
@@ -133,6 +133,8 @@ class GatewayService:
         try:
             if status < 400 or await asyncio.to_thread(self.writer.has_session, sid):
                 await asyncio.to_thread(self.writer.note_unrecorded, sid, kind)
+        except SessionOwned:
+            pass  # another gateway records the session (a 409 was this call's answer): nothing is kept here
         except Exception:
             logger.exception("could not count an unrecorded %s call", kind)
 
@@ -211,6 +213,10 @@ class GatewayService:
 
     async def _generate(self, request: Request, route: routes.Route, binding, data: dict) -> Reply | StreamReply:
         adapter = _adapter(route.api)
+        try:
+            await self.writer.own(binding.session_id)  # before anything goes upstream
+        except SessionOwned as exc:
+            raise Reject(409, str(exc), "conflict", api=route.api) from None
         ctx = await self._context(route, binding, data, request.created_at)
         redacted: Seen = {}
         chat_request = self.redactor.redact(_translate(adapter, data, ctx), redacted)

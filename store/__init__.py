@@ -22,6 +22,7 @@ from tracetap.store.location import (
 )
 from tracetap.store.maintenance import DEFAULT_RETAIN_HOURS, TableVersion, history, vacuum
 from tracetap.store.migrate import Migration, migrate_store
+from tracetap.store.owners import SessionOwned
 from tracetap.store.paths import InvalidSessionId, validate_name, validate_session_id
 from tracetap.store.prompts import Prompts, Stored
 from tracetap.store.reader import Reader, StoreReader
@@ -46,6 +47,7 @@ __all__ = [
     "ObjectPath",
     "Prompts",
     "Reader",
+    "SessionOwned",
     "StoreConnection",
     "StoreError",
     "StorePath",

@@ -432,6 +432,15 @@ class StoreWriter:
             await landed
         return flight.result()
 
+    async def own(self, sid: str) -> None:
+        """Claim the session for this writer now, before its call is sent upstream: SessionOwned when another
+        live writer records it (store/owners.py). A session in memory is this writer's already."""
+        sid = validate_session_id(sid)
+        with self._lock:
+            if sid in self._sessions:
+                return
+        await asyncio.to_thread(self._state, sid)
+
     def _begin(self, state: _Session, row: dict, completion_id: str,
                notify: Callable[[], None] | None, wake: bool = True) -> _InFlight:
         """Encode the row as the session's next seq and queue its line (the session's lock is held).
