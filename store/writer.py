@@ -268,6 +268,7 @@ class StoreWriter:
         self._loading = threading.Lock()  # one session load at a time, so none is loaded twice
         self._sessions: OrderedDict[str, _Session] = OrderedDict()  # least recently used first
         self._closed = False
+        self._fenced = False  # taken over by another writer after stalling: see _beat
         self._prepare_store()
         self._tables = Committer(isolated)
         self._log = CommitLog(self.root / LOG_DIR, secrets.token_hex(8), segment_bytes)
@@ -296,7 +297,14 @@ class StoreWriter:
             raise outdated(self.root, version)
 
     def _beat(self) -> None:
-        """The heartbeat's work: say this writer is alive, then take over any writer that is not."""
+        """The heartbeat's work: say this writer is alive, then take over any writer that is not. A writer whose
+        heartbeat is gone was found dead and taken over (it stalled past `dead_after`): its sessions may have
+        new owners, so it records nothing more."""
+        if owners.last_beat(self.root, self.writer_id) is None:
+            self._fenced = True
+            log.error("writer %s of %s was taken over by another writer: it records nothing more",
+                      self.writer_id, self.root)
+            return
         owners.beat(self.root, self.writer_id)
         self._take_over_dead()
 
@@ -446,6 +454,8 @@ class StoreWriter:
         """Encode the row as the session's next seq and queue its line (the session's lock is held).
         Until the line lands the session has it in flight: its next line waits, so a failed write
         gives its seq again and never leaves a gap."""
+        if self._fenced:
+            raise StoreError(f"this writer of {self.root} stalled and was taken over by another: restart the gateway")
         full = {**empty_row(COMPLETIONS), **row, "session_id": state.row["session_id"], "seq": state.next_seq,
                 "completion_id": completion_id}
         full["finished_at"] = full["finished_at"] or datetime.now(UTC)

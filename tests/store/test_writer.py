@@ -578,3 +578,20 @@ def test_the_live_file_goes_when_the_writer_closes(root):
     writer.close()
     assert live_files(root) == [] and log_names(root) == []
     assert committed_row(root)["task_id"] == "t" and committed_row(root, "s2")["completions"] == 1
+
+
+def test_a_writer_taken_over_after_stalling_records_nothing_more(root):
+    """A taker removes a dead writer's heartbeat; a writer that only stalled finds it gone at its next beat
+    and refuses calls from then on: the sessions it had may have new owners."""
+    with StoreWriter(root) as writer:
+        writer.record_completion(completion("s1"))
+        (root / "writers" / f"{writer.writer_id}.json").unlink()
+
+        def refused() -> bool:
+            try:
+                writer.record_completion(completion("s1"))
+            except StoreError as error:
+                return "taken over" in str(error)
+            return False
+
+        assert wait_for(refused, timeout=15)
