@@ -63,6 +63,7 @@ class Settings:
     max_body: int = MAX_BODY
     compact_every: float = 30.0
     idle_seconds: float = 300.0
+    dead_after: float = 60.0  # another gateway silent this long is dead, its sessions taken over (store/owners.py)
     replay: Path | None = None  # replay mode: answer from this store (capture/replay.py)
     replay_session: str | None = None
     replay_miss: str = "error"
@@ -95,6 +96,8 @@ class Gateway:
         loader.add_option("tracetap_max_body", int, MAX_BODY, "Largest accepted request body, in bytes.")
         loader.add_option("tracetap_compact_every", float, 30.0, "Seconds between idle-compaction passes.")
         loader.add_option("tracetap_idle_seconds", float, 300.0, "Sessions idle this long get compacted.")
+        loader.add_option("tracetap_dead_after", float, 60.0, "Seconds without a heartbeat before another "
+                          "gateway on the store counts as dead.")
         loader.add_option("tracetap_replay", str, "", "Replay mode: answer from this recorded store.")
         loader.add_option("tracetap_replay_session", str, "", "Replay this session to every caller.")
         loader.add_option("tracetap_replay_miss", str, "error", "Replay misses: error | forward.")
@@ -116,7 +119,7 @@ class Gateway:
             upstream_kind=o.tracetap_upstream_kind, served_model=o.tracetap_served_model or None,
             timeout=o.tracetap_timeout,
             max_body=o.tracetap_max_body, compact_every=o.tracetap_compact_every,
-            idle_seconds=o.tracetap_idle_seconds,
+            idle_seconds=o.tracetap_idle_seconds, dead_after=o.tracetap_dead_after,
             replay=Path(o.tracetap_replay) if o.tracetap_replay else None,
             replay_session=o.tracetap_replay_session or None, replay_miss=o.tracetap_replay_miss,
             replay_ignore=tuple(o.tracetap_replay_ignore), redact_keys=tuple(o.tracetap_redact_keys),
@@ -138,7 +141,8 @@ class Gateway:
         if s.replay is not None:
             upstream = ReplayUpstream(RecordedStore(s.replay), clients[0], s.replay_miss, s.replay_session,
                                       s.replay_ignore)
-        writer = StoreWriter(s.store, isolated=True)  # a long-lived process: its memory must stay flat
+        # isolated: a long-lived process, whose memory must stay flat (store/committer.py)
+        writer = StoreWriter(s.store, isolated=True, dead_after=s.dead_after)
         self.service = GatewayService(writer, upstream, s.max_body, Redactor(s.redact_keys),
                                       Fence(s.policy_version, s.pause_wait), Control(s.control_token), s.on_pause,
                                       pool.status if pool else None, s.keyed)

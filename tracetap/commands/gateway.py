@@ -40,6 +40,9 @@ if TYPE_CHECKING:
                    "larger ones are refused with a 413 while they are read.")
 @click.option("--idle-compact", type=click.FloatRange(min=0), default=300.0, show_default=True,
               help="Compact a session's files after this many idle seconds.")
+@click.option("--dead-after", type=click.FloatRange(min=1), default=60.0, show_default=True, metavar="SECONDS",
+              help="Another gateway on the store whose heartbeat is this old is dead: this one commits its calls "
+                   "and ends its sessions.")
 @click.option("--replay", type=click.Path(exists=True, file_okay=False, path_type=Path), default=None,
               help="Replay mode: answer from the completions recorded in this store instead of a model.")
 @click.option("--replay-session", default=None,
@@ -98,11 +101,11 @@ if TYPE_CHECKING:
               help="A live stream whose client reads nothing this long is cut, and the call recorded disconnected.")
 def command(store: StorePath, listen: tuple[str, int], upstreams: tuple[str, ...], upstream_file: Path | None,
             upstream_kind: str, served_model: str | None, script: Path | None, max_model_len: int, timeout: float,
-            max_body: int | None, idle_compact: float, replay: Path | None, replay_session: str | None,
-            replay_miss: str, replay_ignore: tuple[str, ...], redact_keys: tuple[str, ...], mode: str,
-            provider_hosts: tuple[str, ...], passed: tuple[str, ...], proxy_session: str | None,
-            policy_version: str | None, control_token: str | None, session_mode: str, pause_wait: float,
-            on_pause: str, tokenize: str, tokenizer: Path | None, head_timeout: float, idle_timeout: float,
+            max_body: int | None, idle_compact: float, dead_after: float, replay: Path | None,
+            replay_session: str | None, replay_miss: str, replay_ignore: tuple[str, ...], redact_keys: tuple[str, ...],
+            mode: str, provider_hosts: tuple[str, ...], passed: tuple[str, ...], proxy_session: str | None,
+            policy_version: str | None, control_token: str | None, session_mode: str, pause_wait: float, on_pause: str,
+            tokenize: str, tokenizer: Path | None, head_timeout: float, idle_timeout: float,
             max_connections: int | None, stream_stall: float) -> None:
     """Run the gateway until Ctrl-C / SIGTERM.
 
@@ -119,6 +122,7 @@ def command(store: StorePath, listen: tuple[str, int], upstreams: tuple[str, ...
         **_replay_options(store, replay, replay_session, replay_miss, replay_ignore), "sessions": session_mode,
         **_fence_options(policy_version, control_token), "pause_wait": pause_wait, "on_pause": on_pause,
         "timeout": timeout, "idle_seconds": idle_compact, "compact_every": _compact_every(idle_compact), "pool": pool,
+        "dead_after": dead_after,
         "redact_keys": list(redact_keys), **_limits(head_timeout, idle_timeout, max_connections, stream_stall),
         **({"max_body": max_body} if max_body else {}), **({"proxy_session": proxy_session} if proxy_session else {})}
     proxy = _proxy_policy(mode, provider_hosts, passed, proxy_session)
