@@ -4,11 +4,15 @@ goes on through the other one after its calls."""
 
 from __future__ import annotations
 
+import time
+
 import anthropic
 import httpx
 import live
 import openai
 import pytest
+from deltalake import DeltaTable
+from tracetap.store import StoreReader
 
 CHAT = "/v1/chat/completions"
 GOOD = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
@@ -51,3 +55,28 @@ def test_a_closed_session_goes_on_through_the_other_gateway(gateways):
     httpx.post(f"{first.url}/sessions/moving/close", headers=live.control_headers(), timeout=30).raise_for_status()
     assert call(second, "moving").status_code == 200
     assert [row["seq"] for row in live.store_rows(first.store, "session_id = 'moving'")] == [0, 1]
+
+
+def test_a_killed_gateways_calls_are_committed_and_its_sessions_end(tmp_path, tracetap_home):
+    """kill -9 of one gateway: another one on the store finds it dead once its heartbeat is --dead-after old,
+    commits its acknowledged calls, ends its sessions and releases them; the session then goes on there."""
+    store = tmp_path / "store"
+    with live.StubUpstream() as stub, live.start_gateway(store, "--upstream", stub.url, "--dead-after", "2") as taker:
+        with live.start_gateway(store, "--upstream", stub.url) as doomed:
+            for _ in range(3):
+                assert call(doomed, "orphan").status_code == 200
+            doomed.kill()
+
+        def ended() -> bool:
+            row = StoreReader(store).session("orphan")
+            return row is not None and row["status"] == "closed"
+
+        deadline = time.monotonic() + 30
+        while not ended() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert ended()
+        committed = DeltaTable(str(store / "completions")).to_pyarrow_table(columns=["session_id", "seq"])
+        assert sorted(committed.column("seq").to_pylist()) == [0, 1, 2]  # in the table itself, each once
+        assert not list((store / "log").glob("*.jsonl"))  # the killed gateway's log went once committed
+        assert call(taker, "orphan").status_code == 200
+        assert [row["seq"] for row in live.store_rows(store, "session_id = 'orphan'")] == [0, 1, 2, 3]
