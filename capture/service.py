@@ -213,13 +213,13 @@ class GatewayService:
 
     async def _generate(self, request: Request, route: routes.Route, binding, data: dict) -> Reply | StreamReply:
         adapter = _adapter(route.api)
-        try:
-            await self.writer.own(binding.session_id)  # before anything goes upstream
-        except SessionOwned as exc:
-            raise Reject(409, str(exc), "conflict", api=route.api) from None
         ctx = await self._context(route, binding, data, request.created_at)
         redacted: Seen = {}
         chat_request = self.redactor.redact(_translate(adapter, data, ctx), redacted)
+        try:
+            await self.writer.own(binding.session_id)  # a valid call, before anything goes upstream
+        except SessionOwned as exc:
+            raise Reject(409, str(exc), "conflict", api=route.api) from None
         if binding.source in EXPLICIT_SOURCES:
             self.registered.add(binding.session_id)
         call = Call(session_id=binding.session_id, api=route.api,

@@ -15,7 +15,10 @@ crash would let another writer start the session again at seq 0 beside the dead 
 
 from __future__ import annotations
 
+import functools
 import json
+import os
+import socket
 import time
 from dataclasses import dataclass
 
@@ -126,22 +129,54 @@ def heartbeat_writers(root: StorePath) -> list[str]:
 
 
 def beat(root: StorePath, writer: str) -> None:
-    """Say `writer` is alive, now."""
-    write_text_atomic(_heartbeat_path(root, writer), json.dumps({"writer": writer, "at": time.time()}))
+    """Say `writer` (this process) is alive, now."""
+    data = {"writer": writer, "at": time.time(), "host": _host(), "pid": os.getpid()}
+    write_text_atomic(_heartbeat_path(root, writer), json.dumps(data))
 
 
-def last_beat(root: StorePath, writer: str) -> float | None:
-    """When `writer` last said it was alive (Unix time); None when it never did or stopped cleanly."""
+def _heartbeat(root: StorePath, writer: str) -> dict | None:
     try:
-        return float(json.loads(read_bytes(_heartbeat_path(root, writer)))["at"])
+        return json.loads(read_bytes(_heartbeat_path(root, writer)))
     except FileNotFoundError:
         return None
 
 
+def last_beat(root: StorePath, writer: str) -> float | None:
+    """When `writer` last said it was alive (Unix time); None when it never did or stopped cleanly."""
+    data = _heartbeat(root, writer)
+    return None if data is None else float(data["at"])
+
+
 def alive(root: StorePath, writer: str, dead_after: float = DEAD_AFTER) -> bool:
-    """Whether `writer` beat within the last `dead_after` seconds."""
-    at = last_beat(root, writer)
-    return at is not None and time.time() - at < dead_after
+    """Whether `writer` beat within the last `dead_after` seconds, and, on this machine, its process runs: a
+    gateway restarted after a crash takes over its dead predecessor at once, not `dead_after` later."""
+    data = _heartbeat(root, writer)
+    if data is None or time.time() - float(data["at"]) >= dead_after:
+        return False
+    return data.get("host") != _host() or _running(int(data.get("pid", 0)))
+
+
+@functools.cache
+def _host() -> str:
+    """This machine and process-id namespace: where a writer's pid means the same process (containers sharing
+    a host name have their own pids)."""
+    try:
+        namespace = os.stat("/proc/self/ns/pid").st_ino
+    except OSError:
+        namespace = 0
+    return f"{socket.gethostname()}/{namespace}"
+
+
+def _running(pid: int) -> bool:
+    if pid <= 0:
+        return True  # no pid to check: the heartbeat's age decides
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # another user's process
+    return True
 
 
 def stop_beating(root: StorePath, writer: str) -> None:

@@ -138,9 +138,9 @@ def _table_digests(store: Path) -> dict[str, str]:
 
 
 def _file_digests(store: Path) -> dict[str, str]:
-    """sha256 of every file outside the tables (read through tracetap instead) and the writers' logs (their
-    calls are in the completions read; compaction moves them into the table)."""
-    skipped = {"log", ".writer.lock", *TABLES}
+    """sha256 of every file outside the tables (read through tracetap instead), the writers' logs (their
+    calls are in the completions read; compaction moves them into the table) and their heartbeats."""
+    skipped = {"log", "writers", *TABLES}  # writers/: the gateways' heartbeats, rewritten every few seconds
     return {str(path.relative_to(store)): hashlib.sha256(path.read_bytes()).hexdigest()
             for path in sorted(store.rglob("*")) if path.is_file() and path.relative_to(store).parts[0] not in skipped}
 

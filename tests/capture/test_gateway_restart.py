@@ -23,7 +23,7 @@ FROM completions GROUP BY session_id ORDER BY session_id
 """
 ROW_SQL = """
 SELECT session_id, completions, prompt_tokens, completion_tokens, started_at, ended_at FROM sessions
-WHERE status = 'open' ORDER BY session_id
+ORDER BY session_id
 """
 
 
@@ -64,3 +64,5 @@ def test_a_restarted_gateway_reconciles_session_rows(gateway, stub_upstream, tmp
     con = connect(store)
     assert con.execute(ROW_SQL).fetchall() == con.execute(SUMMARY_SQL).fetchall()
     assert [row[1] for row in con.execute(ROW_SQL).fetchall()] == [2] * len(SESSIONS)
+    statuses = con.execute("SELECT DISTINCT status FROM sessions").fetchall()
+    assert statuses == [("closed",)]  # the killed gateway was taken over: its sessions ended
