@@ -220,6 +220,9 @@ class GatewayService:
             await self.writer.own(binding.session_id)  # a valid call, before anything goes upstream
         except SessionOwned as exc:
             raise Reject(409, str(exc), "conflict", api=route.api) from None
+        except Exception as exc:  # the store refused the claim: nothing could be recorded
+            logger.exception("could not claim session %s", binding.session_id)
+            raise Reject(500, "the gateway could not record this call", "internal", api=route.api) from exc
         if binding.source in EXPLICIT_SOURCES:
             self.registered.add(binding.session_id)
         call = Call(session_id=binding.session_id, api=route.api,

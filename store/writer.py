@@ -440,10 +440,15 @@ class StoreWriter:
             await landed
         return flight.result()
 
+    def _check_not_fenced(self) -> None:
+        if self._fenced:
+            raise StoreError(f"this writer of {self.root} stalled and was taken over by another: restart the gateway")
+
     async def own(self, sid: str) -> None:
         """Claim the session for this writer now, before its call is sent upstream: SessionOwned when another
         live writer records it (store/owners.py). A session in memory is this writer's already."""
         sid = validate_session_id(sid)
+        self._check_not_fenced()
         with self._lock:
             if sid in self._sessions:
                 return
@@ -454,8 +459,7 @@ class StoreWriter:
         """Encode the row as the session's next seq and queue its line (the session's lock is held).
         Until the line lands the session has it in flight: its next line waits, so a failed write
         gives its seq again and never leaves a gap."""
-        if self._fenced:
-            raise StoreError(f"this writer of {self.root} stalled and was taken over by another: restart the gateway")
+        self._check_not_fenced()
         full = {**empty_row(COMPLETIONS), **row, "session_id": state.row["session_id"], "seq": state.next_seq,
                 "completion_id": completion_id}
         full["finished_at"] = full["finished_at"] or datetime.now(UTC)
