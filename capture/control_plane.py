@@ -62,6 +62,7 @@ class ControlPlane:
         registration wins, a different one is a 409, the same one again changes nothing."""
         self._check_control(headers)
         given = _parsed(parse_registration, body)
+        await self.writer.own(given.session_id)  # before its grant: another gateway's session is a 409 here
         key, token = given.session_key or new_session_key(), given.outcome_token or new_outcome_token()
         grant = Grant(given.session_id, secret_hash(key), secret_hash(token), given.task_id, given.harness,
                       given.metadata)

@@ -190,7 +190,10 @@ class GatewayService:
         """The gateway's own endpoints (capture/control_plane.py): no session binding, tokens instead."""
         handler = {routes.SESSION_REGISTER: self.control_plane.register, routes.SESSION_CLOSE: self.control_plane.close,
                    routes.SESSION_COMPLETE: self.control_plane.complete, routes.ADMIN: self.control_plane.admin}
-        return await handler[route.endpoint](request.headers, request.body, route.target)
+        try:
+            return await handler[route.endpoint](request.headers, request.body, route.target)
+        except SessionOwned as exc:  # registering, closing or completing a session another gateway records
+            raise Reject(409, str(exc), "conflict") from None
 
     def _handlers(self) -> dict:
         return {routes.GENERATE: self._generate, routes.COUNT_TOKENS: self._count_tokens,

@@ -24,7 +24,7 @@ from typing import IO, Any, TypeVar
 
 from tracetap.store import owners
 from tracetap.store.compaction import commit_logged
-from tracetap.store.delta import committed_seqs, has_session_files, open_table, replace, sql_in
+from tracetap.store.delta import committed_seqs, open_table, replace, sql_in
 from tracetap.store.delta import read as read_delta
 from tracetap.store.files import StoreError, read_parquet
 from tracetap.store.live_sessions import remove_committed
@@ -103,13 +103,6 @@ def retire_writer(root: StorePath, writer: str) -> None:
     drop_covered(root, [path for path in log_segments(root) if segment_writer(path) == writer])
     remove_committed(root, read_delta(open_table(root, "sessions"), "sessions"))
     owners.stop_beating(root, writer)
-
-
-def known_session(root: StorePath, sid: str) -> bool:
-    """Whether the store holds anything of the session: a logged or committed call, or a row."""
-    if log_seqs(root, sid) or has_session_files(root, "completions", sid):
-        return True
-    return read_sessions(root, [sid]).num_rows > 0
 
 
 class Committer:

@@ -273,14 +273,6 @@ def committed_seqs(delta: DeltaTable | None, session_ids: Iterable[str] | None =
     return dict(zip(grouped.column(0).to_pylist(), (top + 1 for top in grouped.column(1).to_pylist()), strict=True))
 
 
-def has_session_files(root: StorePath | str, table: str, sid: str) -> bool:
-    """Whether a table partitioned by session ever had a file of `sid` (its partition directory exists: a
-    look at one name, no table load)."""
-    from tracetap.store.location import exists
-
-    return exists(store_path(root) / table / f"session_id={sid}")
-
-
 def sql_in(column: str, values: Iterable[str]) -> str:
     """`column IN ('a', 'b')` for checked ids (they match SESSION_ID_PATTERN: no quote can occur)."""
     checked = []

@@ -1,8 +1,9 @@
 """`tracetap migrate`: rewrite a store of an older schema version in the current layout, in place.
 
 Version 1 stored every call whole; version 2 stores the compact form (store/compact_form.py); version 3
-keeps every table as a Delta table. Each table is switched on its own, atomically
-(store/migrate_tables.py), its completions put in the compact form on the way. VERSION is written last,
+keeps every table as a Delta table; version 4 gives every session an ownership chain (store/owners.py).
+Each table is switched on its own, atomically (store/migrate_tables.py), its completions put in the compact
+form on the way; then every session the store holds gets a chain. VERSION is written last,
 so an interrupted migration is finished by running it again; until then readers and writers refuse the
 store (store/files.py `check_store`), so no gateway records while a store is migrated; one recording
 when the migration starts (a fresh heartbeat: store/owners.py) makes it refuse.
@@ -15,9 +16,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tracetap.store import migrate_tables, owners
-from tracetap.store.delta import DELTA_TABLES
+from tracetap.store.delta import DELTA_TABLES, committed_seqs, open_table
 from tracetap.store.files import StoreError, check_store, read_version, write_text_atomic
 from tracetap.store.location import StorePath
+from tracetap.store.log_reading import logged_sessions
 from tracetap.store.paths import VERSION_FILE
 from tracetap.store.reading import read_sessions
 from tracetap.store.schema import SCHEMA_VERSION
@@ -46,8 +48,10 @@ def _check_no_writer(root: Path) -> None:
 
 def _adopt_sessions(root: Path) -> None:
     """Give every session of the migrated store an ownership chain (a release), so a writer loads it instead
-    of starting it anew (store/owners.py: a session without a chain is new to the store)."""
-    for sid in read_sessions(root).column("session_id").to_pylist():
+    of starting it anew (store/owners.py: a session without a chain is new to the store): those with a row,
+    a committed call or a logged one."""
+    sessions = set(read_sessions(root).column("session_id").to_pylist()) | logged_sessions(root)
+    for sid in sorted(sessions | committed_seqs(open_table(root, "completions")).keys()):
         owners.adopt(root, sid, MIGRATION)
 
 

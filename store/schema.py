@@ -11,7 +11,8 @@ import pyarrow as pa
 MAX_REFUSED_HOSTS = 64  # hosts a session row names in refused_hosts_json; later ones count together under:
 OTHER_HOSTS = "(other hosts)"  # no host name has parentheses or spaces
 
-SCHEMA_VERSION = 3  # 2: completions files hold the compact form (COMPACT); 3: every table is a Delta table
+SCHEMA_VERSION = 4  # 2: completions files hold the compact form (COMPACT); 3: every table is a Delta table;
+# 4: every session has an ownership chain (store/owners.py)
 # (store/delta.py), sessions rows carry `revision`
 
 API_NAMES = ("openai_chat", "anthropic_messages", "openai_responses", "gemini")

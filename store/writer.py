@@ -58,7 +58,7 @@ from tracetap.store.commit_log import SEGMENT_BYTES, CommitLog
 from tracetap.store.committer import Committer, StoredSession
 from tracetap.store.compact_form import History, encode_row
 from tracetap.store.compaction import compact_sessions
-from tracetap.store.delta import check_supported, has_session_files
+from tracetap.store.delta import check_supported
 from tracetap.store.files import StoreError, outdated, read_version, write_text_atomic
 from tracetap.store.flusher import Flusher
 from tracetap.store.live_sessions import write_live
@@ -516,8 +516,7 @@ class StoreWriter:
         with self._lock:
             if sid in self._sessions:
                 return True
-        claimed = owners.last_entry(self.root, sid) is not None  # every session a writer touched has a claim
-        return claimed or self._tables.run(committer.known_session, self.root, sid)
+        return owners.last_entry(self.root, sid) is not None  # every session the store holds has a chain
 
     def note_unrecorded(self, sid: str, kind: str) -> None:
         """Count a call answered without a completion row (a probe, a model list, a token count, an
@@ -617,10 +616,8 @@ class StoreWriter:
 
     def _claim(self, sid: str) -> bool:
         """Claim the session for this writer (SessionOwned when a live one owns it); True when it is new to the
-        store: no writer ever claimed it, and no completions file of it exists (a store migrated from one
-        without claims, say), so there is nothing to load."""
-        new = owners.claim(self.root, sid, self.writer_id, self.dead_after)
-        return new and not has_session_files(self.root, "completions", sid)
+        store (no writer ever claimed it), so there is nothing to load."""
+        return owners.claim(self.root, sid, self.writer_id, self.dead_after)
 
     def _cached(self, sid: str) -> _Session | None:
         with self._lock:

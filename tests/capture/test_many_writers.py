@@ -49,6 +49,18 @@ def test_a_session_another_gateway_records_is_refused_in_the_callers_shape(gatew
     assert [(row["session_id"], row["seq"]) for row in rows] == [("ours", 0), ("theirs", 0)]
 
 
+def test_registering_or_closing_another_gateways_session_is_a_409(gateways):
+    first, second, _ = gateways
+    assert call(first, "busy").status_code == 200
+    control = live.control_headers()
+    registered = httpx.post(f"{second.url}/sessions", json={"session_id": "busy", "task_id": "t"}, headers=control)
+    closed = httpx.post(f"{second.url}/sessions/busy/close", headers=control, timeout=30)
+    assert [registered.status_code, closed.status_code] == [409, 409]
+    assert "another gateway" in closed.json()["error"]["message"]
+    row = StoreReader(first.store).session("busy")
+    assert row is not None and row["status"] != "closed" and row["task_id"] is None  # neither one changed it
+
+
 def test_a_closed_session_goes_on_through_the_other_gateway(gateways):
     first, second, _ = gateways
     assert call(first, "moving").status_code == 200

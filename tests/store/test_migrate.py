@@ -397,6 +397,29 @@ def test_a_writer_continues_the_sessions_of_a_migrated_v2_store(v2):
     assert log_names(v2) == []
 
 
+@pytest.fixture
+def v3(recorded: Path) -> Path:
+    """A version-3 store: the Delta tables without ownership chains (and the old writer's lock file)."""
+    with StoreWriter(recorded) as writer:
+        writer.register_session("waiting", task_id="t2", harness="codex")  # a row and no call
+    for made_since in ("owners", "writers"):
+        shutil.rmtree(recorded / made_since)
+    (recorded / ".writer.lock").touch()
+    (recorded / "VERSION").write_text("3\n")
+    return recorded
+
+
+def test_a_v3_store_gets_a_chain_for_each_session_and_a_writer_continues_them(v3):
+    with pytest.raises(StoreError, match="has schema version 3: run `tracetap migrate"):
+        StoreWriter(v3)
+    assert migrate_store(v3).tables == {}  # its tables are Delta tables already
+    assert sorted(path.name for path in (v3 / "owners").iterdir()) == [*CALLS, "waiting"]
+    with StoreWriter(v3) as writer:
+        assert [writer.record_completion(completion(sid))["seq"] for sid in CALLS] == list(CALLS.values())
+        assert writer.record_completion(completion("waiting"))["seq"] == 0
+    assert StoreReader(v3).session("waiting")["task_id"] == "t2"  # loaded, not started anew
+
+
 def test_an_empty_store_is_still_opened_and_a_store_without_tables_migrates(tmp_path):
     root = tmp_path / "new"
     root.mkdir()
