@@ -79,10 +79,15 @@ class AsOf:
         latest = newest[0].version
         if version > latest:
             raise AsOfError(f"{self.text!r}: {table} has no version {version} (its latest is {latest})")
-        commits = history(root, [table], latest - version + 1)
-        if not commits or commits[-1].version != version:
-            raise AsOfError(f"{self.text!r}: {table} version {version} is no longer in its Delta log")
-        return commits[-1].timestamp
+        limit = latest - version + 1
+        while True:  # newest first; a writer committing meanwhile pushes `version` further down the page
+            commits = history(root, [table], limit)
+            found = next((commit.timestamp for commit in commits if commit.version == version), None)
+            if found is not None:
+                return found
+            if len(commits) < limit or commits[-1].version < version:
+                raise AsOfError(f"{self.text!r}: {table} version {version} is no longer in its Delta log")
+            limit *= 2
 
     def _check_files(self, root: StorePath, table: str, version: int | None) -> None:
         """An AsOfError when a vacuum deleted data files `version` of `table` needs: reading it would fail midway.

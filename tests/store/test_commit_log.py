@@ -222,6 +222,7 @@ def test_recovery_stops_at_a_gap_and_keeps_what_lies_past_it_visible(root, from_
     StoreWriter(root).close()
     (root / "log").mkdir()
     (root / "log" / "0dead-000000.jsonl").write_bytes(logged_line(0) + logged_line(2))  # seq 1 never written
+    claim(root, "s1", "0dead")  # its writer claimed it first, and died without a heartbeat
     with StoreWriter(root) as writer:
         assert committed_seqs(open_table(root, "completions")) == {"s1": 1}
         assert [p.name for p in log_segments(root)] == ["0dead-000000.jsonl"]  # seq 2 is only there

@@ -8,13 +8,16 @@ import json
 import shutil
 import subprocess
 import sys
+import threading
 import time
 from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 from sample_store import COMPLETIONS, SESSIONS, ok
-from tracetap.store import StoreWriter, compact_sessions, write_session_table
+from tracetap.builders.exports import export as export_store
+from tracetap.builders.runner import build
+from tracetap.store import StoreWriter, compact_sessions, history, parse_as_of, write_session_table
 
 FIRST_CALLS = sum(len(rows) for rows in COMPLETIONS.values())  # 9, in sessions s1, s2, s3
 EXPORT = ["--builder", "per_request", "--evaluator", "session_completed", "--json"]
@@ -165,3 +168,35 @@ def test_a_bad_as_of_is_a_usage_error_naming_it(timeline, command, value, messag
     done = cli(args[0], "--store", str(timeline["root"]), *args[1:], "--as-of", value, code=2)
     assert "Invalid value for '--as-of'" in done.stderr and message in done.stderr
     assert "Traceback" not in done.stderr and not (timeline["tmp"] / "never.jsonl").exists()
+
+
+def test_an_export_pinned_to_versions_is_byte_equal_while_20_compactions_commit_and_after(tmp_path):
+    """Exports as of the versions a first export recorded, run again and again in this process while another
+    thread records and closes 20 sessions (20 compactions into completions, rebuilds of the traces between),
+    then once more: the same bytes every time."""
+    root = tmp_path / "store"
+    record(root, COMPLETIONS)
+    build(root, "per_request")
+    first = export_store(root, "per_request", "parquet", tmp_path / "first.parquet")
+    pinned, expected = parse_as_of(pins(first.table_versions)), (tmp_path / "first.parquet").read_bytes()
+    done = threading.Event()
+
+    def compact_20() -> None:
+        for n in range(20):
+            record(root, {f"later-{n}": [ok(8 + n, [70, 2], "stop")]})  # one close: one compaction commit
+            if n % 5 == 4:
+                build(root, "per_request")
+        done.set()
+
+    worker = threading.Thread(target=compact_20)
+    worker.start()
+    exports = 0
+    while not done.is_set():
+        export_store(root, "per_request", "parquet", tmp_path / "again.parquet", force=True, as_of=pinned)
+        assert (tmp_path / "again.parquet").read_bytes() == expected
+        exports += 1
+    worker.join()
+    commits = history(root, ["completions"], 100)
+    assert len([c for c in commits if c.version > first.table_versions["completions"]]) >= 20 and exports >= 3
+    after = export_store(root, "per_request", "parquet", tmp_path / "after.parquet", as_of=pinned)
+    assert (tmp_path / "after.parquet").read_bytes() == expected and after.table_versions == first.table_versions
