@@ -63,7 +63,7 @@ class Settings:
     max_body: int = MAX_BODY
     compact_every: float = 30.0
     idle_seconds: float = 300.0
-    dead_after: float = 60.0  # another gateway silent this long is dead, its sessions taken over (store/owners.py)
+    dead_after: float = 60.0  # this gateway silent this long is dead to others: they take its sessions over
     replay: Path | None = None  # replay mode: answer from this store (capture/replay.py)
     replay_session: str | None = None
     replay_miss: str = "error"
@@ -96,8 +96,8 @@ class Gateway:
         loader.add_option("tracetap_max_body", int, MAX_BODY, "Largest accepted request body, in bytes.")
         loader.add_option("tracetap_compact_every", float, 30.0, "Seconds between idle-compaction passes.")
         loader.add_option("tracetap_idle_seconds", float, 300.0, "Sessions idle this long get compacted.")
-        loader.add_option("tracetap_dead_after", float, 60.0, "Seconds without a heartbeat before another "
-                          "gateway on the store counts as dead.")
+        loader.add_option("tracetap_dead_after", float, 60.0, "Seconds without a heartbeat before this gateway "
+                          "counts as dead to the others on the store.")
         loader.add_option("tracetap_replay", str, "", "Replay mode: answer from this recorded store.")
         loader.add_option("tracetap_replay_session", str, "", "Replay this session to every caller.")
         loader.add_option("tracetap_replay_miss", str, "error", "Replay misses: error | forward.")

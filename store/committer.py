@@ -82,11 +82,11 @@ def drop_covered(root: StorePath, segments: list[StorePath]) -> None:
             remove(path)
 
 
-def dead_writers(root: StorePath, me: str, dead_after: float) -> list[str]:
+def dead_writers(root: StorePath, me: str) -> list[str]:
     """The writers other than `me` that left a log segment, a live file or a heartbeat and beat no more."""
     found = {segment_writer(path) for path in log_segments(root)} | {live_writer(path) for path in live_files(root)}
     found |= set(owners.heartbeat_writers(root))
-    return sorted(writer for writer in found - {None, me} if writer and not owners.alive(root, writer, dead_after))
+    return sorted(writer for writer in found - {None, me} if writer and not owners.alive(root, writer))
 
 
 def writer_sessions(root: StorePath, writer: str) -> list[str]:

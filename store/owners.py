@@ -6,8 +6,10 @@ naming a writer and whether it claims or releases the session. The highest `n` s
 claim, a writer creates the next `n` (a local hard link or an S3 conditional PUT: of racing writers exactly
 one gets it, store/location.py `write_new`); it may when the chain is empty (the session is new to the
 store: nothing to load), when the last entry is a release, or when the owner is dead. A writer is alive
-while it rewrites its heartbeat, `writers/<writer-id>.json`, every HEARTBEAT_SECONDS; one whose beat is
-older than its `dead_after` is dead, and whoever finds it so takes its sessions over (store/writer.py).
+while it rewrites its heartbeat, `writers/<writer-id>.json`, which says how long it may stay silent (its
+`dead_after`: writers with different settings agree on who is dead) and which it rewrites several times in
+that span; one whose beat is older is dead, and whoever finds it so takes its sessions over
+(store/writer.py).
 
 Every write is durable before the writer answers anything that depends on it: a claim lost in a machine
 crash would let another writer start the session again at seq 0 beside the dead one's logged calls.
@@ -27,7 +29,8 @@ from tracetap.store.location import StorePath, list_names, read_bytes, remove, w
 from tracetap.store.paths import validate_name, validate_session_id
 
 OWNERS_DIR, WRITERS_DIR = "owners", "writers"
-HEARTBEAT_SECONDS = 5.0  # how often a live writer rewrites its heartbeat
+HEARTBEAT_SECONDS = 5.0  # how often a live writer rewrites its heartbeat, at most
+BEATS_PER_SPAN = 4  # and at least this often within its dead_after
 DEAD_AFTER = 60.0  # seconds without a heartbeat after which a writer counts as dead (clocks of machines
 # sharing a bucket must agree to well within this: the beat holds its writer's wall-clock time)
 CLAIM_ATTEMPTS = 20  # a claim racing other writers' reads the chain again this many times at most
@@ -77,7 +80,7 @@ def _append(root: StorePath, sid: str, number: int, writer: str, released: bool)
     return write_new(_chain_dir(root, sid) / f"{number:09d}.json", data)
 
 
-def claim(root: StorePath, sid: str, writer: str, dead_after: float = DEAD_AFTER) -> bool:
+def claim(root: StorePath, sid: str, writer: str) -> bool:
     """Make `writer` the session's owner; True when the session is new to the store (no writer ever had it),
     False when it was this writer's already or released or its owner dead. Raises SessionOwned when a live
     writer owns it."""
@@ -89,7 +92,7 @@ def claim(root: StorePath, sid: str, writer: str, dead_after: float = DEAD_AFTER
             continue
         if last.writer == writer and not last.released:
             return False
-        if not last.released and alive(root, last.writer, dead_after):
+        if not last.released and alive(root, last.writer):
             raise SessionOwned(sid, last.writer)
         if _append(root, sid, last.number + 1, writer, released=False):
             return False
@@ -128,9 +131,14 @@ def heartbeat_writers(root: StorePath) -> list[str]:
     return [name.removesuffix(".json") for name in names if name.endswith(".json") and not name.startswith(".")]
 
 
-def beat(root: StorePath, writer: str) -> None:
-    """Say `writer` (this process) is alive, now."""
-    data = {"writer": writer, "at": time.time(), "host": _host(), "pid": os.getpid()}
+def beat_period(dead_after: float) -> float:
+    """How often a writer that may stay silent `dead_after` seconds beats."""
+    return min(HEARTBEAT_SECONDS, dead_after / BEATS_PER_SPAN)
+
+
+def beat(root: StorePath, writer: str, dead_after: float = DEAD_AFTER) -> None:
+    """Say `writer` (this process) is alive now, and dead once `dead_after` seconds pass without another beat."""
+    data = {"writer": writer, "at": time.time(), "dead_after": dead_after, "host": _host(), "pid": os.getpid()}
     write_text_atomic(_heartbeat_path(root, writer), json.dumps(data))
 
 
@@ -147,11 +155,11 @@ def last_beat(root: StorePath, writer: str) -> float | None:
     return None if data is None else float(data["at"])
 
 
-def alive(root: StorePath, writer: str, dead_after: float = DEAD_AFTER) -> bool:
-    """Whether `writer` beat within the last `dead_after` seconds, and, on this machine, its process runs: a
+def alive(root: StorePath, writer: str) -> bool:
+    """Whether `writer` beat within the span its heartbeat gives, and, on this machine, its process runs: a
     gateway restarted after a crash takes over its dead predecessor at once, not `dead_after` later."""
     data = _heartbeat(root, writer)
-    if data is None or time.time() - float(data["at"]) >= dead_after:
+    if data is None or time.time() - float(data["at"]) >= float(data.get("dead_after", DEAD_AFTER)):
         return False
     return data.get("host") != _host() or _running(int(data.get("pid", 0)))
 

@@ -81,6 +81,8 @@ SESSION_SAVE_DELAY = 0.5  # seconds calls wait to share one rewrite of the live 
 # recounted on open; at 0.05 s a busy gateway rewrote ~1 row per call, ~0.7 ms CPU each)
 RECOVERY_BATCH = 256  # sessions a recovery commits at once
 LIVE = "live"  # the live flusher's one key: each save rewrites the whole live file
+TAKEOVER = "takeover"  # the takeover thread's one key: each pass looks for every dead writer
+FENCE_AT = 0.8  # a writer silent for this part of its dead_after stops recording (store/owners.py)
 MAX_SESSIONS = 1024  # session states kept in memory (a few KB each); older idle ones are dropped
 MAX_HOST = 255  # a DNS name is at most 253 characters; a refused host longer than this is not one
 
@@ -203,18 +205,18 @@ def _checked(row: dict) -> tuple[str, str]:
 
 
 class _Heartbeat(BackgroundThread):
-    """Runs `beat` every HEARTBEAT_SECONDS until closed; a failed beat is logged and the next one retries."""
+    """Runs `beat` every `period` seconds until closed; a failed beat is logged and the next one retries."""
 
-    def __init__(self, beat: Callable[[], None]) -> None:
+    def __init__(self, beat: Callable[[], None], period: float) -> None:
         super().__init__("tracetap-heartbeat")
-        self._beat = beat
+        self._beat, self._period = beat, period
         with self._cond:
             self._start()
 
     def _run(self) -> None:
         while True:
             with self._cond:
-                if self._cond.wait_for(lambda: self._closed, timeout=owners.HEARTBEAT_SECONDS):
+                if self._cond.wait_for(lambda: self._closed, timeout=self._period):
                     return
             try:
                 self._beat()
@@ -261,26 +263,34 @@ class StoreWriter:
                  segment_bytes: int = SEGMENT_BYTES, isolated: bool = False,
                  dead_after: float = owners.DEAD_AFTER) -> None:
         """`isolated`: run the table work in a worker process (store/committer.py), as a gateway does.
-        `dead_after`: seconds without a heartbeat after which another writer counts as dead (store/owners.py)."""
+        `dead_after`: seconds without a heartbeat after which other writers count this one as dead, so take over
+        its sessions (store/owners.py)."""
         self.root = store_path(root)
         self.max_sessions = max_sessions
         self._lock = threading.Lock()  # guards `_sessions`; never held across disk I/O
         self._loading = threading.Lock()  # one session load at a time, so none is loaded twice
         self._sessions: OrderedDict[str, _Session] = OrderedDict()  # least recently used first
         self._closed = False
-        self._fenced = False  # taken over by another writer after stalling: see _beat
+        self._fenced = False  # silent too long, perhaps taken over by another writer: see _beat
         self._prepare_store()
         self._tables = Committer(isolated)
         self._log = CommitLog(self.root / LOG_DIR, secrets.token_hex(8), segment_bytes)
         self.writer_id, self.dead_after = self._log.writer_id, dead_after
-        owners.beat(self.root, self.writer_id)  # before its first claim or log line
         self.writer = f"tracetap gateway {self._log.writer_id}"  # names its commits (`tracetap history`)
         self._wakers: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _LoopWaker] = weakref.WeakKeyDictionary()
         self._flusher: Flusher[str] = Flusher(self._save_live, delay=SESSION_SAVE_DELAY)
         self._compactor: Flusher[str] = Flusher(self._compact, name="tracetap-compactor")
         self._local = not isinstance(self.root, ObjectPath)
+        self._start_beating()  # before its first claim or log line
         self._take_over_dead()
-        self._heartbeat = _Heartbeat(self._beat)
+
+    def _start_beating(self) -> None:
+        """The first heartbeat, and the threads that beat and take over dead writers: apart, so a long takeover
+        never delays a beat (a writer silent past its dead_after is taken over itself)."""
+        owners.beat(self.root, self.writer_id, self.dead_after)
+        self._last_beat = time.monotonic()
+        self._takeovers: Flusher[str] = Flusher(lambda _: self._take_over_dead(), name="tracetap-takeover")
+        self._heartbeat = _Heartbeat(self._beat, owners.beat_period(self.dead_after))
 
     @property
     def cached_sessions(self) -> int:
@@ -297,20 +307,28 @@ class StoreWriter:
             raise outdated(self.root, version)
 
     def _beat(self) -> None:
-        """The heartbeat's work: say this writer is alive, then take over any writer that is not. A writer whose
-        heartbeat is gone was found dead and taken over (it stalled past `dead_after`): its sessions may have
-        new owners, so it records nothing more."""
-        if owners.last_beat(self.root, self.writer_id) is None:
-            self._fenced = True
-            log.error("writer %s of %s was taken over by another writer: it records nothing more",
-                      self.writer_id, self.root)
+        """The heartbeat's work: say this writer is alive, then have dead writers looked for. A writer silent
+        for most of its `dead_after` (stalled), or whose heartbeat is gone (another writer found it dead and
+        took it over), may have lost its sessions to other writers: it records nothing more."""
+        if self._fenced:
             return
-        owners.beat(self.root, self.writer_id)
-        self._take_over_dead()
+        if self._silent_too_long() or owners.last_beat(self.root, self.writer_id) is None:
+            self._fenced = True
+            log.error("writer %s of %s was silent too long, so may have been taken over by another writer: it "
+                      "records nothing more", self.writer_id, self.root)
+            return
+        owners.beat(self.root, self.writer_id, self.dead_after)
+        self._last_beat = time.monotonic()
+        self._takeovers.submit(TAKEOVER)
+
+    def _silent_too_long(self) -> bool:
+        """Whether this writer's last beat is so old that other writers may count it dead (their clocks may
+        run a little ahead: FENCE_AT)."""
+        return time.monotonic() - self._last_beat >= self.dead_after * FENCE_AT
 
     def _take_over_dead(self) -> None:
         """Commit and end what dead writers left (store/owners.py says who is dead)."""
-        for dead in self._tables.run(committer.dead_writers, self.root, self.writer_id, self.dead_after):
+        for dead in self._tables.run(committer.dead_writers, self.root, self.writer_id):
             self._take_over(dead)
 
     def _take_over(self, dead: str) -> None:
@@ -379,6 +397,7 @@ class StoreWriter:
         at rest holds each call once, in the table, and no live rows. What could not be committed keeps its
         claim and this writer's heartbeat, which goes stale: another writer takes it over."""
         self._heartbeat.close()
+        self._takeovers.close()
         self._flusher.close()
         self._log.close()
         with self._lock:
@@ -441,8 +460,9 @@ class StoreWriter:
         return flight.result()
 
     def _check_not_fenced(self) -> None:
-        if self._fenced:
-            raise StoreError(f"this writer of {self.root} stalled and was taken over by another: restart the gateway")
+        if self._fenced or self._silent_too_long():
+            raise StoreError(f"this writer of {self.root} stalled past its dead_after and may have been taken over "
+                             "by another: restart the gateway")
 
     async def own(self, sid: str) -> None:
         """Claim the session for this writer now, before its call is sent upstream: SessionOwned when another
@@ -617,7 +637,7 @@ class StoreWriter:
     def _claim(self, sid: str) -> bool:
         """Claim the session for this writer (SessionOwned when a live one owns it); True when it is new to the
         store (no writer ever claimed it), so there is nothing to load."""
-        return owners.claim(self.root, sid, self.writer_id, self.dead_after)
+        return owners.claim(self.root, sid, self.writer_id)
 
     def _cached(self, sid: str) -> _Session | None:
         with self._lock:

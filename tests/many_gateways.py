@@ -191,5 +191,6 @@ def check_store(run: Run) -> None:
     rows = dict(zip(sessions["session_id"], zip(sessions["status"], sessions["completions"], strict=True), strict=True))
     assert {s: rows[s] for s in seqs} == {s: ("closed", len(found)) for s, found in seqs.items()}
     assert run.closed <= set(seqs) and len(run.closed) >= (GATEWAYS - 1) * SESSIONS
+    assert SESSIONS * CALLS // 3 <= len(run.acknowledged(f"g{DOOMED}-")) < SESSIONS * CALLS  # killed mid-run
     assert [s for s in seqs if not owners.last_entry(run.store, s).released] == []
     assert (log_segments(run.store), live_files(run.store), owners.heartbeat_writers(run.store)) == ([], [], [])

@@ -4,6 +4,8 @@ goes on through the other one after its calls."""
 
 from __future__ import annotations
 
+import os
+import signal
 import time
 
 import anthropic
@@ -57,8 +59,8 @@ def test_registering_or_closing_another_gateways_session_is_a_409(gateways):
     closed = httpx.post(f"{second.url}/sessions/busy/close", headers=control, timeout=30)
     assert [registered.status_code, closed.status_code] == [409, 409]
     assert "another gateway" in closed.json()["error"]["message"]
-    row = StoreReader(first.store).session("busy")
-    assert row is not None and row["status"] != "closed" and row["task_id"] is None  # neither one changed it
+    assert first.close_session("busy")["calls"] == 1  # still open there, until now
+    assert StoreReader(first.store).session("busy")["task_id"] is None  # the refused registration changed nothing
 
 
 def test_a_closed_session_goes_on_through_the_other_gateway(gateways):
@@ -70,25 +72,49 @@ def test_a_closed_session_goes_on_through_the_other_gateway(gateways):
 
 
 def test_a_killed_gateways_calls_are_committed_and_its_sessions_end(tmp_path, tracetap_home):
-    """kill -9 of one gateway: another one on the store finds it dead once its heartbeat is --dead-after old,
-    commits its acknowledged calls, ends its sessions and releases them; the session then goes on there."""
+    """kill -9 of one gateway: another one on the store finds it dead at its next heartbeat (on one machine, its
+    process is gone; elsewhere, its heartbeat is older than its --dead-after), commits its acknowledged calls,
+    ends its sessions and releases them; the session then goes on there."""
     store = tmp_path / "store"
-    with live.StubUpstream() as stub, live.start_gateway(store, "--upstream", stub.url, "--dead-after", "2") as taker:
+    with live.StubUpstream() as stub, live.start_gateway(store, "--upstream", stub.url, "--dead-after", "4") as taker:
         with live.start_gateway(store, "--upstream", stub.url) as doomed:
             for _ in range(3):
                 assert call(doomed, "orphan").status_code == 200
             doomed.kill()
-
-        def ended() -> bool:
-            row = StoreReader(store).session("orphan")
-            return row is not None and row["status"] == "closed"
-
-        deadline = time.monotonic() + 30
-        while not ended() and time.monotonic() < deadline:
-            time.sleep(0.2)
-        assert ended()
+        assert wait_closed(store, "orphan")
         committed = DeltaTable(str(store / "completions")).to_pyarrow_table(columns=["session_id", "seq"])
         assert sorted(committed.column("seq").to_pylist()) == [0, 1, 2]  # in the table itself, each once
         assert not list((store / "log").glob("*.jsonl"))  # the killed gateway's log went once committed
         assert call(taker, "orphan").status_code == 200
         assert [row["seq"] for row in live.store_rows(store, "session_id = 'orphan'")] == [0, 1, 2, 3]
+
+
+def test_a_gateway_stalled_past_its_dead_after_is_taken_over_and_records_nothing_more(tmp_path, tracetap_home):
+    """SIGSTOP of a gateway for longer than its --dead-after: the other one takes its session over (ends it);
+    woken up, the stalled one refuses calls (its sessions may be another gateway's now) and the session goes on
+    through the other one, with no seq given twice."""
+    store = tmp_path / "store"
+    with live.StubUpstream() as stub, live.start_gateway(store, "--upstream", stub.url, "--dead-after", "4") as taker, \
+            live.start_gateway(store, "--upstream", stub.url, "--dead-after", "2") as stalled:
+        assert call(stalled, "held").status_code == 200
+        os.kill(stalled.process.pid, signal.SIGSTOP)
+        try:
+            assert wait_closed(store, "held")
+        finally:
+            os.kill(stalled.process.pid, signal.SIGCONT)
+        refused = call(stalled, "held")
+        assert refused.status_code == 500
+        assert refused.json()["error"]["message"] == "the gateway could not record this call"
+        assert call(taker, "held").status_code == 200
+        assert [row["seq"] for row in live.store_rows(store, "session_id = 'held'")] == [0, 1]
+
+
+def wait_closed(store, sid: str, timeout: float = 30) -> bool:
+    """Whether the session's row says closed within `timeout` seconds (a takeover ends it)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        row = StoreReader(store).session(sid)
+        if row is not None and row["status"] == "closed":
+            return True
+        time.sleep(0.2)
+    return False

@@ -9,9 +9,11 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 from tracetap.store.owners import (
+    HEARTBEAT_SECONDS,
     SessionOwned,
     alive,
     beat,
+    beat_period,
     claim,
     last_entry,
     release,
@@ -40,18 +42,25 @@ def test_a_released_session_is_claimed_again_and_is_not_new(tmp_path):
     assert last_entry(tmp_path, "s1").writer == "w2" and last_entry(tmp_path, "s1").number == 2
 
 
-def test_a_dead_owners_session_is_claimed(tmp_path):
-    beat(tmp_path, "w1")
+def test_a_dead_owners_session_is_claimed_and_each_writer_says_when_it_is_dead(tmp_path):
+    beat(tmp_path, "w1", dead_after=600)
     claim(tmp_path, "s1", "w1")
     beat_file = tmp_path / "writers" / "w1.json"
-    beat_file.write_text(json.dumps({"writer": "w1", "at": time.time() - 120}))  # stopped beating 2 min ago
-    assert not alive(tmp_path, "w1") and alive(tmp_path, "w1", dead_after=600)
-    beat(tmp_path, "w2")
+    stopped = {**json.loads(beat_file.read_text()), "pid": 0, "at": time.time() - 120}  # 2 min ago, elsewhere
+    beat_file.write_text(json.dumps(stopped))
+    beat(tmp_path, "w2", dead_after=1)  # its own span says nothing about w1's
+    assert alive(tmp_path, "w1")
     with pytest.raises(SessionOwned):
-        claim(tmp_path, "s1", "w2", dead_after=600)
+        claim(tmp_path, "s1", "w2")
+    beat_file.write_text(json.dumps({**stopped, "dead_after": 60}))
+    assert not alive(tmp_path, "w1")
     assert claim(tmp_path, "s1", "w2") is False
     stop_beating(tmp_path, "w2")
     assert not alive(tmp_path, "w2")
+
+
+def test_a_writer_beats_several_times_within_its_span():
+    assert beat_period(60) == HEARTBEAT_SECONDS and beat_period(2) == 0.5
 
 
 def test_racing_claims_of_a_new_session_have_one_winner(tmp_path):

@@ -41,8 +41,9 @@ if TYPE_CHECKING:
 @click.option("--idle-compact", type=click.FloatRange(min=0), default=300.0, show_default=True,
               help="Compact a session's files after this many idle seconds.")
 @click.option("--dead-after", type=click.FloatRange(min=1), default=60.0, show_default=True, metavar="SECONDS",
-              help="Another gateway on the store whose heartbeat is this old is dead: this one commits its calls "
-                   "and ends its sessions.")
+              help="This gateway counts as dead to the other gateways on the store once it has been silent this "
+                   "long (a crash, a stall): one of them commits its calls and ends its sessions. It beats every "
+                   "5 s, or more often for a shorter span.")
 @click.option("--replay", type=click.Path(exists=True, file_okay=False, path_type=Path), default=None,
               help="Replay mode: answer from the completions recorded in this store instead of a model.")
 @click.option("--replay-session", default=None,
