@@ -12,6 +12,7 @@ from pathlib import Path
 
 import fsspec
 import live
+import many_gateways
 import openai
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -145,6 +146,21 @@ def test_gateways_share_a_bucket_and_a_killed_ones_calls_survive(bucket, tmp_pat
     finally:
         first.stop()
         second.stop()
+
+
+def test_four_gateways_share_a_bucket_and_one_killed_loses_nothing(bucket, tmp_path):
+    """tests/many_gateways.py on a bucket: four gateway processes, 64 sessions each, SQL readers and a build,
+    one gateway killed with -9 mid-run and taken over by the others."""
+    store = store_path(f"s3://{bucket}/fleet")
+    with live.StubUpstream() as stub:
+        def start() -> live.GatewayProcess:
+            return live.start_gateway(store, "--upstream", stub.url, "--idle-compact", "0.5", "--dead-after", "20",
+                                      log_dir=tmp_path)
+
+        with many_gateways.gateways(start) as started:
+            run, refused = many_gateways.run(store, started)
+    assert refused.status_code == 409 and "another gateway" in refused.json()["error"]["message"]
+    many_gateways.check_store(run)
 
 
 @pytest.mark.parametrize("url, message", [
