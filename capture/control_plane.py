@@ -122,7 +122,8 @@ class ControlPlane:
 
     async def _session_for(self, headers: Mapping[str, str], target: str | None) -> str:
         """The session a close or complete names, once the caller showed a token for it: a 400 when it is
-        no session id, a 401 without the token (whether or not the session exists), then a 404."""
+        no session id, a 401 without the token (whether or not the session exists), then a 404, and a 409 when
+        another gateway records it (SessionOwned)."""
         try:
             sid = validate_session_id(target)
         except InvalidSessionId as exc:
@@ -132,6 +133,7 @@ class ControlPlane:
             raise Reject(401, NEEDS_SESSION_TOKEN, "unauthorized")
         if not await asyncio.to_thread(self.writer.has_session, sid):
             raise Reject(404, f"no session {sid!r} in this store", "not_found")
+        await self.writer.own(sid)  # before anything is written: another gateway's session is a 409 here
         return sid
 
 

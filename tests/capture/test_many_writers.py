@@ -51,14 +51,16 @@ def test_a_session_another_gateway_records_is_refused_in_the_callers_shape(gatew
     assert [(row["session_id"], row["seq"]) for row in rows] == [("ours", 0), ("theirs", 0)]
 
 
-def test_registering_or_closing_another_gateways_session_is_a_409(gateways):
+def test_registering_closing_or_completing_another_gateways_session_is_a_409(gateways):
     first, second, _ = gateways
     assert call(first, "busy").status_code == 200
     control = live.control_headers()
     registered = httpx.post(f"{second.url}/sessions", json={"session_id": "busy", "task_id": "t"}, headers=control)
     closed = httpx.post(f"{second.url}/sessions/busy/close", headers=control, timeout=30)
-    assert [registered.status_code, closed.status_code] == [409, 409]
+    completed = httpx.post(f"{second.url}/sessions/busy/complete", json={"reward": 1.0}, headers=control, timeout=30)
+    assert [registered.status_code, closed.status_code, completed.status_code] == [409, 409, 409]
     assert "another gateway" in closed.json()["error"]["message"]
+    assert StoreReader(first.store).rewards() == []  # the refused outcome wrote nothing
     assert first.close_session("busy")["calls"] == 1  # still open there, until now
     assert StoreReader(first.store).session("busy")["task_id"] is None  # the refused registration changed nothing
 
