@@ -9,7 +9,7 @@ store: nothing to load), when the last entry is a release, or when the owner is 
 while it rewrites its heartbeat, `writers/<writer-id>.json`, which says how long it may stay silent (its
 `dead_after`: writers with different settings agree on who is dead) and which it rewrites several times in
 that span; one whose beat is older is dead, and whoever finds it so takes its sessions over
-(store/writer.py).
+(store/writer.py). A release deletes the entries before it: the chain of a session at rest is one file.
 
 Every write is durable before the writer answers anything that depends on it: a claim lost in a machine
 crash would let another writer start the session again at seq 0 beside the dead one's logged calls.
@@ -24,7 +24,7 @@ import socket
 import time
 from dataclasses import dataclass
 
-from tracetap.store.files import write_text_atomic
+from tracetap.store.files import StoreError, write_text_atomic
 from tracetap.store.location import StorePath, list_names, read_bytes, remove, write_new
 from tracetap.store.paths import validate_name, validate_session_id
 
@@ -62,17 +62,27 @@ def _heartbeat_path(root: StorePath, writer: str) -> StorePath:
     return root / WRITERS_DIR / f"{validate_name(writer, 'writer id')}.json"
 
 
-def last_entry(root: StorePath, sid: str) -> Entry | None:
-    """The session's newest ownership entry; None when no writer ever claimed it."""
+def _numbers(root: StorePath, sid: str) -> list[int]:
+    """The numbers of the session's chain entries, ascending (none when no writer ever claimed it)."""
     try:
         names = list_names(_chain_dir(root, sid))
     except FileNotFoundError:
-        return None
-    numbers = sorted(int(name.removesuffix(".json")) for name in names if name.removesuffix(".json").isdigit())
-    if not numbers:
-        return None
-    data = json.loads(read_bytes(_chain_dir(root, sid) / f"{numbers[-1]:09d}.json"))
-    return Entry(numbers[-1], data["writer"], data["released"])
+        return []
+    return sorted(int(name.removesuffix(".json")) for name in names if name.removesuffix(".json").isdigit())
+
+
+def last_entry(root: StorePath, sid: str) -> Entry | None:
+    """The session's newest ownership entry; None when no writer ever claimed it."""
+    for _ in range(CLAIM_ATTEMPTS):
+        numbers = _numbers(root, sid)
+        if not numbers:
+            return None
+        try:
+            data = json.loads(read_bytes(_chain_dir(root, sid) / f"{numbers[-1]:09d}.json"))
+        except FileNotFoundError:
+            continue  # pruned since the listing: a newer entry exists
+        return Entry(numbers[-1], data["writer"], data["released"])
+    raise StoreError(f"the ownership chain of session {sid} in {root} keeps changing")
 
 
 def _append(root: StorePath, sid: str, number: int, writer: str, released: bool) -> bool:
@@ -100,10 +110,14 @@ def claim(root: StorePath, sid: str, writer: str) -> bool:
 
 
 def release(root: StorePath, sid: str, writer: str) -> None:
-    """End `writer`'s ownership of the session (nothing when it does not own it)."""
+    """End `writer`'s ownership of the session (nothing when it does not own it), and delete the entries
+    before the release: only the newest one says anything, so a store at rest keeps one per session."""
     last = last_entry(root, sid)
     if last is not None and last.writer == writer and not last.released:
-        _append(root, sid, last.number + 1, writer, released=True)
+        if _append(root, sid, last.number + 1, writer, released=True):
+            for number in _numbers(root, sid):
+                if number <= last.number:
+                    remove(_chain_dir(root, sid) / f"{number:09d}.json")
 
 
 def adopt(root: StorePath, sid: str, writer: str) -> None:

@@ -40,6 +40,9 @@ def test_a_released_session_is_claimed_again_and_is_not_new(tmp_path):
     release(tmp_path, "s1", "w1")
     assert claim(tmp_path, "s1", "w2") is False
     assert last_entry(tmp_path, "s1").writer == "w2" and last_entry(tmp_path, "s1").number == 2
+    release(tmp_path, "s1", "w2")
+    assert [path.name for path in (tmp_path / "owners" / "s1").iterdir()] == ["000000003.json"]  # the rest pruned
+    assert claim(tmp_path, "s1", "w1") is False and last_entry(tmp_path, "s1").number == 4
 
 
 def test_a_dead_owners_session_is_claimed_and_each_writer_says_when_it_is_dead(tmp_path):
