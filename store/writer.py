@@ -621,10 +621,11 @@ class StoreWriter:
         thread may drop it as soon as this returns."""
         state = self._cached(sid)
         if state is None:
+            new = self._claim(sid)  # not under _loading: claims of new sessions wait on their fsyncs together
             with self._loading:
                 state = self._cached(sid)
                 if state is None:
-                    state = self._add(sid, _Session(_new_row(sid), 0) if self._claim(sid) else self._load(sid))
+                    state = self._add(sid, _Session(_new_row(sid), 0) if new else self._load(sid))
         with self._lock:
             if self._sessions.get(sid) is state:
                 self._sessions.move_to_end(sid)
