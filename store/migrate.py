@@ -40,13 +40,13 @@ class Migration:
         self.tables[table], self.table_files[table] = rows, files
 
 
-def _check_no_writer(root: Path) -> None:
+def _check_no_writer(root: StorePath) -> None:
     """Refuse a store a live writer records to (store/owners.py: its heartbeat is fresh)."""
     if any(owners.alive(root, writer) for writer in owners.heartbeat_writers(root)):
         raise StoreError(f"store {root} is open in a StoreWriter (a gateway?): stop it to migrate")
 
 
-def _adopt_sessions(root: Path) -> None:
+def _adopt_sessions(root: StorePath) -> None:
     """Give every session of the migrated store an ownership chain (a release), so a writer loads it instead
     of starting it anew (store/owners.py: a session without a chain is new to the store): those with a row,
     a committed call or a logged one."""
@@ -56,17 +56,20 @@ def _adopt_sessions(root: Path) -> None:
 
 
 def migrate_store(root: StorePath | str, dry_run: bool = False, progress: Progress | None = None) -> Migration:
-    """Switch each table not yet a Delta table, then bump VERSION; `progress(what, rows)` is called after
-    each table. A dry run only counts.
-    Local stores only: an object store is written at the current version from its start."""
+    """Switch each table not yet a Delta table, then give every session an ownership chain and bump VERSION;
+    `progress(what, rows)` is called after each table. A dry run only counts. The file tables of versions 1
+    and 2 are converted on the local disk only; an object store of version 3 (Delta tables already) gets
+    its chains."""
     root = check_store(root, older=True)
-    if not isinstance(root, Path):
-        raise StoreError(f"migrate rewrites a store on the local disk, not {root}")
     report = Migration(read_version(root) or SCHEMA_VERSION)
+    if not isinstance(root, Path) and report.from_version < 3:
+        raise StoreError(f"migrate converts the file tables of schema version {report.from_version} on the local "
+                         f"disk only, not in {root}")
     if not dry_run:
         _check_no_writer(root)
-    tables = {table: migrate_tables.pending(root, table) for table in DELTA_TABLES}  # may refuse: before any write
-    _migrate_tables(root, tables, report, dry_run, progress or _quiet)
+    if isinstance(root, Path):
+        tables = {table: migrate_tables.pending(root, table) for table in DELTA_TABLES}  # may refuse: before writes
+        _migrate_tables(root, tables, report, dry_run, progress or _quiet)
     if not dry_run and report.from_version < SCHEMA_VERSION:
         _adopt_sessions(root)
         write_text_atomic(root / VERSION_FILE, f"{SCHEMA_VERSION}\n")

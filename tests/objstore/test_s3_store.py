@@ -163,6 +163,24 @@ def test_four_gateways_share_a_bucket_and_one_killed_loses_nothing(bucket, tmp_p
     many_gateways.check_store(run)
 
 
+def test_a_version_3_bucket_store_is_migrated_in_place_and_recorded_on(bucket, tmp_path):
+    """A store written before ownership chains (schema version 3) is refused until `tracetap migrate` gives
+    each of its sessions a chain in the bucket; a gateway then continues its session."""
+    url = f"s3://{bucket}/old"
+    with gateway(url, tmp_path / "a") as gw:
+        agent(gw, "alpha")
+    s3().rm(f"{bucket}/old/owners", recursive=True)
+    s3().pipe_file(f"{bucket}/old/VERSION", b"3\n")
+    refused = tracetap("sql", "--store", url, "SELECT 1", code=2)
+    assert f"run `tracetap migrate --store {url}`" in refused.stderr
+    migrated = tracetap("migrate", "--store", url)
+    assert "migrated the store from schema version 3; nothing to switch" in migrated.stdout
+    assert [key for key in objects(f"{bucket}/old") if key.startswith("owners/")] == ["owners/alpha/000000000.json"]
+    with gateway(url, tmp_path / "b") as gw:
+        agent(gw, "alpha")
+    assert [(sid, seq) for sid, seq, *_ in rows(url)] == [("alpha", n) for n in range(4)]
+
+
 @pytest.mark.parametrize("url, message", [
     ("s3://KEY:SECRET@bucket/store", "names credentials"),
     ("s3://bucket/../store", "invalid store URL"),
