@@ -15,6 +15,7 @@ from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 
 import httpx
+import live
 from deltalake import DeltaTable
 from tracetap.builders.runner import build
 from tracetap.store import StoreReader, connect, owners
@@ -58,18 +59,12 @@ class Run:
                     assert reply.status_code == 200, reply.text
                     with self.lock:
                         self.acked[reply.json()["id"]] = sid
-                http.post(f"{url}/sessions/{sid}/close", headers=control()).raise_for_status()
+                http.post(f"{url}/sessions/{sid}/close", headers=live.control_headers()).raise_for_status()
             except httpx.TransportError:
                 assert gateway == DOOMED, f"gateway {gateway} went away"
                 return
         with self.lock:
             self.closed.add(sid)
-
-
-def control() -> dict[str, str]:
-    from tracetap.control import control_token
-
-    return {"authorization": f"Bearer {control_token()}"}
 
 
 def sid(gateway: int, n: int) -> str:
@@ -120,7 +115,7 @@ def contested(run: Run) -> httpx.Response:
     refused = httpx.post(f"{second}{CHAT}", json=body, headers=headers, timeout=60)
     with run.lock:
         run.acked[answered.json()["id"]] = "contested"
-    httpx.post(f"{first}/sessions/contested/close", headers=control(), timeout=60).raise_for_status()
+    httpx.post(f"{first}/sessions/contested/close", headers=live.control_headers(), timeout=60).raise_for_status()
     with run.lock:
         run.closed.add("contested")
     return refused
